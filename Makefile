@@ -1,0 +1,39 @@
+# The two commands of the README: `make demo` runs the main job, `make test` runs every test.
+# Each creates .venv and installs the project into it on first use (and when pyproject changes).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test test-fast bench eval retrain clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/nanospec demo
+
+# Everything, the large-N statistical runs included (this is what CI runs).
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest -m "slow or not slow" -q
+
+# The fast layer only, for the edit-test loop.
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -m "not slow" -q
+
+bench: $(VENV)/.installed
+	$(BIN)/nanospec bench --json bench-facts-greedy.json
+
+eval: $(VENV)/.installed
+	$(BIN)/nanospec eval
+
+# Rebuild every shipped checkpoint from scratch (about an hour on a 2-core CPU).
+retrain: $(VENV)/.installed
+	$(BIN)/nanospec train tokenizer
+	$(BIN)/nanospec train target --no-resume
+	$(BIN)/nanospec train draft --no-resume
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

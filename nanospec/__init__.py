@@ -1,0 +1,1 @@
+"""nanospec: speculative decoding from scratch."""

@@ -1,0 +1,71 @@
+"""The KV cache: an explicit pytree passed into the model and returned updated.
+
+Layout: for every layer a key and a value buffer of fixed capacity S, plus one committed length
+per row. A forward pass over T new tokens writes their keys/values into slots
+`length[b] .. length[b] + T - 1` of row b and returns the cache with `length + T`.
+
+Rollback is just `cache._replace(length=n)`: slots at or beyond n become stale, and stale slots
+are invisible because a query only ever sees (a) committed slots `< length` and (b) slots of its
+own block that the block mask allows. They are overwritten by the next write.
+
+What this file deliberately leaves out: paging, sharing prefixes between rows, quantisation.
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class KVCache(NamedTuple):
+    k: tuple[jax.Array, ...]  # one per layer, each (B, S, H, Dh)
+    v: tuple[jax.Array, ...]  # one per layer, each (B, S, H, Dh)
+    length: jax.Array  # (B,) int32: committed tokens per row
+
+    @property
+    def capacity(self) -> int:
+        return self.k[0].shape[1]
+
+
+def init_cache(n_layer: int, n_head: int, head_dim: int, batch: int, capacity: int,
+               dtype=jnp.float32) -> KVCache:
+    """An empty cache: zero buffers, length 0 in every row."""
+    shape = (batch, capacity, n_head, head_dim)
+    zeros = tuple(jnp.zeros(shape, dtype) for _ in range(n_layer))
+    return KVCache(k=zeros, v=tuple(jnp.zeros(shape, dtype) for _ in range(n_layer)),
+                   length=jnp.zeros((batch,), jnp.int32))
+
+
+def rollback(cache: KVCache, length: jax.Array) -> KVCache:
+    """Forget everything at or after slot `length` (per row). Nothing is erased: see above."""
+    return cache._replace(length=jnp.asarray(length, jnp.int32))
+
+
+def write_block(buf: jax.Array, new: jax.Array, start: jax.Array) -> jax.Array:
+    """Write `new` (B, T, H, Dh) into `buf` (B, S, H, Dh) at per-row slot `start` (B,).
+
+    subtle: dynamic_update_slice clamps the start so the block fits, so a write past the
+    capacity would silently land on earlier slots. Callers keep `length + T <= S`.
+    """
+    put = lambda b, n, s: jax.lax.dynamic_update_slice(b, n, (s, 0, 0))
+    return jax.vmap(put)(buf, new, start)
+
+
+def attention_mask(length: jax.Array, T: int, S: int, block_mask: jax.Array | None) -> jax.Array:
+    """Which cache slots each new query may see: (B, T, S) booleans.
+
+    Query t of row b sees every committed slot s < length[b], and slot length[b] + j of its own
+    block when block_mask[t, j] (default: causal, j <= t). A token tree passes its ancestor
+    matrix as block_mask instead.
+
+    Example: length = [2], T = 2, S = 5, causal ->
+        t=0: [1 1 1 0 0]
+        t=1: [1 1 1 1 0]
+    """
+    if block_mask is None:
+        block_mask = jnp.tril(jnp.ones((T, T), bool))
+    j = jnp.arange(S)[None, :] - length[:, None]  # (B, S) slot index relative to the block
+    in_block = (j >= 0) & (j < T)
+    allowed = block_mask[:, jnp.clip(j, 0, T - 1)]  # (T, B, S)
+    allowed = jnp.moveaxis(allowed, 0, 1)  # (B, T, S)
+    return (j < 0)[:, None, :] | (in_block[:, None, :] & allowed)

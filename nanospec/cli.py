@@ -1,0 +1,229 @@
+"""The `nanospec` command line.
+
+    nanospec generate --prompt TEXT [--method ar|draft] [--gamma K] [--max-new-tokens N]
+                      [--temperature T] [--top-k K] [--top-p P] [--seed S] [--num-samples N]
+                      [--json] [--trace FILE.jsonl] [--show]
+    nanospec train {tokenizer,target,draft} [--steps N] [--no-resume]
+    nanospec eval  [--models target,draft]          facts and function-word accuracy
+    nanospec bench [--methods ar,draft] [--gamma 1,2,4,6,8] [--temperature T]
+                   [--workload facts|repetitive|code] [--json FILE]
+
+Every problem a user can fix (bad path, bad prompt, out-of-range setting) is reported as one
+sentence on stderr with exit code 2 — never a traceback.
+"""
+
+import argparse
+import importlib.metadata
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from rich.markup import escape
+
+from nanospec.errors import UserError
+
+DEFAULT_CKPT = Path(__file__).resolve().parent.parent / "checkpoints"
+
+
+INT32_MAX = 2**31 - 1
+
+
+def int_in(lo: int, hi: int = INT32_MAX):
+    """An argparse type: a whole number in [lo, hi] (JAX holds these as int32)."""
+    def parse(s):
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {s!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be between {lo} and {hi}, got {v}")
+        return v
+    return parse
+
+
+def float_arg(s):
+    try:
+        return float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+
+
+def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
+    """The one place sampling settings are validated (CLI, demo and benchmarks share it)."""
+    if not temperature >= 0:  # also rejects NaN
+        raise UserError(f"--temperature must be 0 (greedy) or positive, got {temperature}.")
+    if top_k < 0:
+        raise UserError(f"--top-k must be 0 (off) or positive, got {top_k}.")
+    if not 0 < top_p <= 1:
+        raise UserError(f"--top-p must be in (0, 1], got {top_p}.")
+
+
+def cmd_generate(args) -> None:
+    from nanospec.decode import Bundle, decode
+    from nanospec.trace import write_jsonl
+
+    check_sampling(args.temperature, args.top_k, args.top_p)
+    names = ["target"] if args.method == "ar" else ["target", args.method]
+    bundle = Bundle.load(args.checkpoints, names)
+    result = decode(bundle, args.prompt, method=args.method, gamma=args.gamma,
+                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                    seed=args.seed, max_new=args.max_new_tokens, num_samples=args.num_samples,
+                    with_events=bool(args.trace or args.show))
+    if args.trace:
+        write_jsonl(args.trace, result.events)
+    if args.json:
+        out = {"prompt": args.prompt, "text": result.texts[0], "tokens": result.tokens[0],
+               "stats": result.stats}
+        if args.num_samples > 1:
+            out["samples"] = [{"text": t, "tokens": o} for t, o in zip(result.texts, result.tokens)]
+        print(json.dumps(out, ensure_ascii=False))
+        return
+    from rich.console import Console
+    console = Console(highlight=False)
+    if args.show:
+        from nanospec.show import show_rounds
+        show_rounds(console, result.events)
+    else:
+        for i, text in enumerate(result.texts):
+            prefix = f"[dim]#{i}[/dim] " if len(result.texts) > 1 else ""
+            console.print(f"{prefix}[bold]{escape(args.prompt)}[/bold][cyan]{escape(text)}[/cyan]")
+    s = result.stats
+    parts = []
+    if s["compile_seconds"] is None:  # the step-wise driver compiles as it goes
+        head = f"{s['new_tokens']} tokens in {s['generate_seconds']:.3f}s, compilation included"
+    else:
+        head = f"{s['new_tokens']} tokens in {s['generate_seconds']:.3f}s"
+        parts.append(f"{s['tokens_per_second']} tok/s")
+    if "acceptance_rate" in s:
+        parts.append(f"acceptance {s['acceptance_rate']:.0%}, {s['mean_acceptance_length']:.2f} "
+                     f"tokens per round, {s['rounds']} target calls")
+    line = head + (f" ({'; '.join(parts)})" if parts else "")
+    console.print(f"[dim]{line}[/dim]")
+
+
+def cmd_train(args) -> None:
+    from nanospec.train import TrainConfig, train, train_tokenizer
+
+    command = "nanospec " + shlex.join(sys.argv[1:])
+    if args.what == "tokenizer":
+        tok = train_tokenizer(args.checkpoints, args.vocab_size, command=command)
+        print(f"tokenizer: {tok.vocab_size} tokens -> {Path(args.checkpoints) / 'tokenizer.json'}")
+        return
+    tc = TrainConfig.preset(args.what)
+    if args.steps is not None:
+        from dataclasses import replace
+        tc = replace(tc, steps=args.steps)
+    info = train(args.what, args.checkpoints, args.work_dir, tc, command=command,
+                 resume=not args.no_resume)
+    print(f"{args.what}: {info['params']:,} params, {info['tokens_seen']:,} tokens, "
+          f"{info['wall_seconds']:.0f}s, train loss {info['final_train_loss']:.3f}, "
+          f"val loss {info['final_val_loss']:.3f}")
+
+
+def cmd_eval(args) -> None:
+    from nanospec.evaluate import run_eval
+    run_eval(args.checkpoints, args.models.split(","), json_path=args.json)
+
+
+def cmd_bench(args) -> None:
+    from nanospec.bench import run_bench
+    from nanospec.decode import METHODS, Bundle
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise UserError(f"--methods takes a comma-separated list of {', '.join(METHODS)}.")
+    gammas = _int_list(args.gamma, "--gamma", 1, 32)
+    check_sampling(args.temperature, 0, 1.0)
+    bundle = Bundle.load(args.checkpoints, ["target", "draft"])
+    run_bench(bundle, methods, gammas, temperature=args.temperature, workload=args.workload,
+              tokens=args.tokens, repeats=args.repeats, n_prompts=args.prompts, json_path=args.json)
+
+
+def _int_list(text: str, flag: str, lo: int, hi: int) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"{flag} takes comma-separated whole numbers, got {text!r}.") from None
+    if not values or not all(lo <= v <= hi for v in values):
+        raise UserError(f"{flag} values must be between {lo} and {hi}, got {text!r}.")
+    return values
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, except that a mistake is one sentence, like every other nanospec error.
+
+    Stock argparse prints its usage block before the error line; `--help` still shows it.
+    """
+
+    def error(self, message: str):
+        self.exit(2, f"nanospec: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="nanospec", description="Speculative decoding, from scratch.")
+    p.add_argument("--checkpoints", default=str(DEFAULT_CKPT), help="folder of shipped weights")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+
+    g = sub.add_parser("generate", help="generate text from a prompt")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--max-new-tokens", type=int_in(1, 100_000), default=32)
+    g.add_argument("--temperature", type=float_arg, default=1.0, help="0 = greedy")
+    g.add_argument("--top-k", type=int_in(0), default=0, help="0 = off")
+    g.add_argument("--top-p", type=float_arg, default=1.0, help="1 = off")
+    g.add_argument("--seed", type=int_in(0), default=0)
+    g.add_argument("--num-samples", type=int_in(1, 100_000), default=1)
+    g.add_argument("--method", choices=["ar", "draft"], default="ar",
+                   help="ar = autoregressive; draft = speculative with the draft model")
+    g.add_argument("--gamma", type=int_in(1, 32), default=4, help="drafted tokens per round")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.add_argument("--trace", default=None, metavar="FILE.jsonl", help="write every round's events")
+    g.add_argument("--show", action="store_true", help="print the rounds in colour")
+    g.set_defaults(func=cmd_generate)
+
+    t = sub.add_parser("train", help="train the tokenizer or a model from scratch")
+    t.add_argument("what", choices=["tokenizer", "target", "draft"])
+    t.add_argument("--steps", type=int_in(1), default=None)
+    t.add_argument("--vocab-size", type=int_in(257, 65536), default=2048)
+    t.add_argument("--work-dir", default="runs", help="resumable training state")
+    t.add_argument("--no-resume", action="store_true")
+    t.set_defaults(func=cmd_train)
+
+    e = sub.add_parser("eval", help="fact and function-word accuracy of the shipped models")
+    e.add_argument("--models", default="target,draft")
+    e.add_argument("--json", default=None, help="also write the results here")
+    e.set_defaults(func=cmd_eval)
+
+    b = sub.add_parser("bench", help="measure speculative speedups (prints a table, writes JSON)")
+    b.add_argument("--methods", default="ar,draft", help="comma-separated: ar,draft")
+    b.add_argument("--gamma", default="1,2,4,6,8", help="comma-separated γ values")
+    b.add_argument("--temperature", type=float_arg, default=0.0)
+    b.add_argument("--workload", choices=["facts", "repetitive", "code"], default="facts")
+    b.add_argument("--tokens", type=int_in(2, 128), default=64, help="new tokens per prompt")
+    b.add_argument("--prompts", type=int_in(1, 64), default=8)
+    b.add_argument("--repeats", type=int_in(1, 100), default=3)
+    b.add_argument("--json", default=None, metavar="FILE", help="also write the report here")
+    b.set_defaults(func=cmd_bench)
+    # Other packages add subcommands through the "nanospec.commands" entry-point group (the
+    # visualiser registers `demo` this way), so this library never imports them itself.
+    for entry in importlib.metadata.entry_points(group="nanospec.commands"):
+        entry.load()(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except UserError as e:
+        print(f"nanospec: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("nanospec: interrupted.", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""How good are the shipped models? Facts versus grammar (`nanospec eval`).
+
+The project needs a contrast: the target knows the facts *and* the grammar, the draft knows
+the grammar but fewer facts — so speculation accepts " is", " the", " of" and trips on facts.
+Two measurements show it:
+
+- fact accuracy: greedy continuation of a probe ("The capital of France is", "The population
+  of Japan is about", ...) starts with the right answer, for every country and seven kinds of
+  fact;
+- function-word accuracy: teacher-forced top-1 next-token accuracy on the validation split, at
+  positions whose true next token is a function word (" the", " of", ",", ...), next to the
+  accuracy on all other tokens.
+
+What this file deliberately leaves out: perplexity on outside text (there is none offline).
+"""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from nanospec.checkpoint import load_models
+from nanospec.corpus import CorpusConfig, build_corpus, capital_prompts, load_countries, people_phrase
+from nanospec.fileio import atomic_write
+from nanospec.generate import generate, pad_prompts
+from nanospec.model import forward
+from nanospec.sampling import GREEDY
+from nanospec.train import tokenize_docs
+
+FUNCTION_WORDS = frozenset(
+    "the a an of in on at to is are was and or but its it their there this that which with "
+    "for from by as has have be also , . ; : ? ! 's".split())
+
+
+def fact_probes() -> dict[str, list[tuple[str, str]]]:
+    """Seven kinds of fact, one (prompt, answer) pair per country; answers start with a space."""
+    cs = load_countries()
+    return {
+        "capital": capital_prompts(),
+        "currency": [(f"The currency of {c.name} is the", f" {c.currency}") for c in cs],
+        "language": [(f"The main language of {c.name} is", f" {c.language}") for c in cs],
+        "continent": [(f"{c.name} is located in", f" {c.continent}") for c in cs],
+        "demonym": [(f"A person from {c.name} is", f" {c.demonym}") for c in cs],
+        "population": [(f"The population of {c.name} is about", f" {people_phrase(c.population_millions)}")
+                       for c in cs],
+        "neighbour": [(f"{c.name} shares a border with", f" {c.neighbour}") for c in cs
+                      if c.neighbour != "none"],
+    }
+
+
+def fact_accuracy(tok, cfg, graphdef, params, probes: list[tuple[str, str]]) -> tuple[float, list[str]]:
+    """Fraction of probes the model completes greedily with the right answer; and the misses."""
+    ids = [tok.encode_prompt(p) for p, _ in probes]
+    longest_answer = max(len(tok.encode(a)) for _, a in probes)
+    tokens, lengths = pad_prompts(ids, cfg.n_ctx)
+    outs, _ = generate(graphdef, params, cfg, tokens, lengths, jax.random.key(0), GREEDY,
+                       longest_answer + 1, tok.eos_id)
+    misses = [f"{p} -> {tok.decode(o)!r} (want {a!r})" for (p, a), o in zip(probes, outs)
+              if not tok.decode(o).startswith(a)]
+    return 1 - len(misses) / len(probes), misses
+
+
+def capital_accuracy(tok, cfg, graphdef, params) -> tuple[float, list[str]]:
+    return fact_accuracy(tok, cfg, graphdef, params, capital_prompts())
+
+
+def all_fact_accuracy(tok, cfg, graphdef, params) -> dict[str, float]:
+    """Accuracy per kind of fact, and over all probes together ("all")."""
+    out, right, total = {}, 0, 0
+    for kind, probes in fact_probes().items():
+        acc, _ = fact_accuracy(tok, cfg, graphdef, params, probes)
+        out[kind] = acc
+        right, total = right + acc * len(probes), total + len(probes)
+    out["all"] = right / total
+    return out
+
+
+def next_token_accuracy(tok, cfg, graphdef, params, n_windows: int = 64) -> dict[str, float]:
+    """Teacher-forced top-1 accuracy on validation text: function words vs everything else."""
+    _, val_docs = build_corpus(CorpusConfig())
+    data = tokenize_docs(tok, val_docs)
+    T = cfg.n_ctx
+    starts = np.linspace(0, len(data) - T - 1, n_windows).astype(int)
+    x = jnp.asarray(np.stack([data[s:s + T] for s in starts]))  # (N, T)
+    y = np.stack([data[s + 1:s + T + 1] for s in starts])  # (N, T)
+    positions = jnp.broadcast_to(jnp.arange(T), x.shape)
+    run = jax.jit(lambda p, x, pos: jnp.argmax(forward(graphdef, p, x, pos)[0], -1))
+    pred = np.concatenate([np.asarray(run(params, x[i:i + 8], positions[i:i + 8]))
+                           for i in range(0, n_windows, 8)])
+    is_fw = np.vectorize(lambda t: tok.token_str(t).strip().lower() in FUNCTION_WORDS)(y)
+    correct = pred == y
+    return {"function_word_accuracy": float(correct[is_fw].mean()),
+            "other_token_accuracy": float(correct[~is_fw].mean()),
+            "function_word_fraction": float(is_fw.mean())}
+
+
+def run_eval(ckpt_dir, names: list[str], json_path: str | None = None) -> dict:
+    tok, models = load_models(ckpt_dir, names)
+    results = {name: {"facts": all_fact_accuracy(tok, *model), **next_token_accuracy(tok, *model)}
+               for name, model in models.items()}
+    kinds = list(fact_probes()) + ["all"]
+    table = Table(title="Facts versus grammar: greedy, shipped checkpoints")
+    for col in ["model", *kinds, "function words", "other tokens"]:
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for name, r in results.items():
+        table.add_row(name, *(f"{r['facts'][k]:.0%}" for k in kinds),
+                      f"{r['function_word_accuracy']:.1%}", f"{r['other_token_accuracy']:.1%}")
+    Console().print(table)
+    Console().print("facts: greedy answer to a probe such as \"The population of Japan is about\"; "
+                    "function words / other tokens: teacher-forced top-1 on the validation split.")
+    if json_path:
+        atomic_write(json_path, json.dumps(results, indent=2))
+    return results

@@ -1,0 +1,164 @@
+"""A GPT-2 style language model in Flax NNX, with an explicit KV cache.
+
+Layout (exactly GPT-2's, so parameter names map 1:1 onto the GPT-2 family's tensors):
+token embedding `wte` + learned position embedding `wpe`, then `n_layer` pre-LayerNorm blocks
+(`ln_1` -> causal self-attention `attn.c_attn`/`attn.c_proj`, `ln_2` -> GELU MLP
+`mlp.c_fc`/`mlp.c_proj`, each added to the residual stream), a final `ln_f`, and an output
+layer tied to `wte`. See `checkpoint.py` for the name mapping.
+
+One call shape serves every use:
+
+    logits, hidden, cache = model(tokens, positions, cache)
+
+- training / full recompute: `cache=None` (a fresh cache the size of the input is used);
+- prefill: the (padded) prompt into an empty cache;
+- decode: one token per row;
+- verify: a block of γ+1 tokens in one pass (and a token tree, with `block_mask`).
+
+`hidden` is the residual stream after block `layer` (default: the last block, before `ln_f`):
+the features that Medusa, EAGLE and multi-token-prediction heads read.
+
+What this file deliberately leaves out: dropout (our data is synthetic and plentiful), weight
+decay masks (see train.py), mixed precision, rotary embeddings (GPT-2 uses learned positions).
+"""
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from nanospec.cache import KVCache, attention_mask, init_cache, write_block
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str = "target"  # a label for logs, traces and checkpoint files
+    vocab_size: int = 2048  # BPE vocabulary (256 bytes + <|endoftext|> + merges)
+    n_ctx: int = 256  # longest sequence: position embeddings and the KV cache capacity
+    n_layer: int = 6  # transformer blocks
+    n_head: int = 6  # attention heads per block
+    d_model: int = 384  # residual stream width; the MLP is 4x wider
+    ln_eps: float = 1e-5  # LayerNorm epsilon, as in GPT-2
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    @classmethod
+    def target(cls, vocab_size: int = 2048) -> "ModelConfig":
+        """The model whose distribution we must reproduce exactly (~11M parameters)."""
+        return cls(name="target", vocab_size=vocab_size, n_layer=6, n_head=6, d_model=384)
+
+    @classmethod
+    def draft(cls, vocab_size: int = 2048) -> "ModelConfig":
+        """A much cheaper guesser: learns the grammar, misses many facts (~0.7M parameters)."""
+        return cls(name="draft", vocab_size=vocab_size, n_layer=2, n_head=4, d_model=128)
+
+    @classmethod
+    def tiny(cls, vocab_size: int = 64, n_ctx: int = 32) -> "ModelConfig":
+        """For tests: compiles and runs in well under a second."""
+        return cls(name="tiny", vocab_size=vocab_size, n_ctx=n_ctx, n_layer=2, n_head=2,
+                   d_model=32)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        return cls(**d)
+
+
+def _linear(rngs, d_in, d_out, std=0.02):
+    return nnx.Linear(d_in, d_out, kernel_init=nnx.initializers.normal(std), rngs=rngs)
+
+
+class Attention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.c_attn = _linear(rngs, cfg.d_model, 3 * cfg.d_model)  # q, k, v in one matmul
+        # GPT-2 scales the init of residual projections by 1/sqrt(2 * n_layer).
+        self.c_proj = _linear(rngs, cfg.d_model, cfg.d_model, 0.02 / math.sqrt(2 * cfg.n_layer))
+
+    def __call__(self, x, k_buf, v_buf, length, mask):
+        B, T, C = x.shape
+        H, Dh = self.cfg.n_head, self.cfg.head_dim
+        q, k, v = jnp.split(self.c_attn(x), 3, axis=-1)  # each (B, T, C)
+        q, k, v = (a.reshape(B, T, H, Dh) for a in (q, k, v))  # (B, T, H, Dh)
+        k_buf = write_block(k_buf, k, length)  # (B, S, H, Dh)
+        v_buf = write_block(v_buf, v, length)
+        scores = jnp.einsum("bthd,bshd->bhts", q, k_buf) / math.sqrt(Dh)  # (B, H, T, S)
+        scores = jnp.where(mask[:, None], scores, -jnp.inf)
+        weights = jax.nn.softmax(scores, axis=-1)
+        y = jnp.einsum("bhts,bshd->bthd", weights, v_buf).reshape(B, T, C)  # (B, T, C)
+        return self.c_proj(y), k_buf, v_buf
+
+
+class MLP(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.c_fc = _linear(rngs, cfg.d_model, 4 * cfg.d_model)
+        self.c_proj = _linear(rngs, 4 * cfg.d_model, cfg.d_model, 0.02 / math.sqrt(2 * cfg.n_layer))
+
+    def __call__(self, x):
+        return self.c_proj(jax.nn.gelu(self.c_fc(x), approximate=True))  # GPT-2's tanh GELU
+
+
+class Block(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.ln_1 = nnx.LayerNorm(cfg.d_model, epsilon=cfg.ln_eps, rngs=rngs)
+        self.attn = Attention(cfg, rngs)
+        self.ln_2 = nnx.LayerNorm(cfg.d_model, epsilon=cfg.ln_eps, rngs=rngs)
+        self.mlp = MLP(cfg, rngs)
+
+    def __call__(self, x, k_buf, v_buf, length, mask):
+        a, k_buf, v_buf = self.attn(self.ln_1(x), k_buf, v_buf, length, mask)
+        x = x + a
+        x = x + self.mlp(self.ln_2(x))
+        return x, k_buf, v_buf
+
+
+class GPT(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.cfg = cfg
+        init = nnx.initializers.normal(0.02)
+        self.wte = nnx.Embed(cfg.vocab_size, cfg.d_model, embedding_init=init, rngs=rngs)
+        self.wpe = nnx.Embed(cfg.n_ctx, cfg.d_model, embedding_init=init, rngs=rngs)
+        self.h = nnx.List([Block(cfg, rngs) for _ in range(cfg.n_layer)])
+        self.ln_f = nnx.LayerNorm(cfg.d_model, epsilon=cfg.ln_eps, rngs=rngs)
+
+    def empty_cache(self, batch: int, capacity: int | None = None) -> KVCache:
+        c = self.cfg
+        return init_cache(c.n_layer, c.n_head, c.head_dim, batch, capacity or c.n_ctx)
+
+    def __call__(self, tokens, positions, cache: KVCache | None = None, *,
+                 block_mask=None, layer: int = -1):
+        """tokens, positions: (B, T) int. Returns logits (B, T, V), hidden (B, T, C), cache.
+
+        The new tokens are appended at slots `cache.length ..`; the returned cache has
+        `length + T`. Callers that over-write (a padded prompt, rejected drafts) roll it back.
+        """
+        B, T = tokens.shape
+        if cache is None:
+            cache = self.empty_cache(B, capacity=T)
+        mask = attention_mask(cache.length, T, cache.capacity, block_mask)  # (B, T, S)
+        x = self.wte(tokens) + self.wpe(positions)  # (B, T, C)
+        ks, vs, hidden = [], [], None
+        for i, block in enumerate(self.h):
+            x, k_buf, v_buf = block(x, cache.k[i], cache.v[i], cache.length, mask)
+            ks.append(k_buf)
+            vs.append(v_buf)
+            if i == layer % self.cfg.n_layer:
+                hidden = x
+        logits = self.wte.attend(self.ln_f(x))  # (B, T, V), output layer tied to wte
+        return logits, hidden, KVCache(tuple(ks), tuple(vs), cache.length + T)
+
+
+def forward(graphdef, params, tokens, positions, cache=None, **kwargs):
+    """The model as a pure function of its parameters (what jitted loops call)."""
+    return nnx.merge(graphdef, params)(tokens, positions, cache, **kwargs)
+
+
+def count_params(params) -> int:
+    return sum(x.size for x in jax.tree.leaves(params))

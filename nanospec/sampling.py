@@ -1,0 +1,93 @@
+"""From logits to the distribution we sample from: temperature, top-k, top-p — applied once.
+
+`sampling_probs` is the single place where a model's logits become a probability vector. The
+speculative verify rule needs p (target) and q (draft) to be *exactly* the laws the tokens are
+drawn from, so every sampler in nanospec calls this function and nothing else.
+
+Order (as in Hugging Face and vLLM): divide by the temperature, keep the top-k tokens, keep the
+smallest top-ranked set whose mass reaches top-p, renormalise. Greedy (temperature 0) is the
+one-hot distribution on the argmax — not a division by zero, and not a limit.
+
+Worked example: logits [2, 1, 0, -1], T = 1 -> probs [.644 .237 .087 .032];
+top_k = 2 -> [.731 .269 0 0]; then top_p = 0.7 -> [1 0 0 0] (.731 alone already reaches 0.7).
+
+Ties at a cut-off are all kept (a token exactly as likely as the k-th one survives too): the law
+stays a deterministic function of the logits, which is all exactness needs.
+
+All three settings are *traced* values, so changing them never recompiles a jitted loop.
+What this file deliberately leaves out: repetition penalties, min-p, logit bias.
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class SamplingParams(NamedTuple):
+    temperature: jax.Array  # () float32; 0 means greedy
+    top_k: jax.Array  # () int32; 0 means no top-k cut
+    top_p: jax.Array  # () float32 in (0, 1]; 1 means no top-p cut
+
+    @classmethod
+    def make(cls, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> "SamplingParams":
+        return cls(jnp.float32(temperature), jnp.int32(top_k), jnp.float32(top_p))
+
+
+GREEDY = SamplingParams.make(temperature=0.0)
+
+
+def _truncate(probs: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
+    """Zero out everything outside the top-k / top-p set and renormalise. probs: (..., V)."""
+    V = probs.shape[-1]
+    desc = -jnp.sort(-probs, axis=-1)  # (..., V) largest first
+    rank = jnp.arange(V)
+    k = jnp.where(top_k > 0, jnp.minimum(top_k, V), V)
+    in_top_k = rank < k  # (V,)
+    kept_mass = jnp.sum(jnp.where(in_top_k, desc, 0.0), axis=-1, keepdims=True)
+    # Mass strictly before each sorted token, measured inside the top-k set.
+    before = (jnp.cumsum(desc, axis=-1) - desc) / kept_mass
+    keep_sorted = in_top_k & (before < top_p)  # (..., V); always keeps the top token
+    n_keep = jnp.sum(keep_sorted, axis=-1, keepdims=True)  # (..., 1)
+    threshold = jnp.take_along_axis(desc, n_keep - 1, axis=-1)  # smallest kept probability
+    kept = jnp.where(probs >= threshold, probs, 0.0)
+    return kept / jnp.sum(kept, axis=-1, keepdims=True)
+
+
+def sampling_probs(logits: jax.Array, params: SamplingParams) -> jax.Array:
+    """logits (..., V) -> the probability vector (..., V) that sampling draws from."""
+    logits = logits.astype(jnp.float32)
+    t = params.temperature
+    probs = jax.nn.softmax(logits / jnp.where(t > 0, t, 1.0), axis=-1)
+    needs_cut = (params.top_k > 0) | (params.top_p < 1.0)
+    # subtle: a scalar predicate keeps this a real branch (no sort) even under vmap over rows.
+    probs = jax.lax.cond(needs_cut, _truncate, lambda p, k, q: p, probs, params.top_k, params.top_p)
+    greedy = jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=jnp.float32)
+    return jnp.where(t > 0, probs, greedy)
+
+
+def sample(key: jax.Array, probs: jax.Array) -> jax.Array:
+    """Draw one token id from probs (..., V) by inverting the CDF with a single uniform.
+
+    The token is the first index whose cumulative probability exceeds u·total, u ~ U[0, 1):
+    with probs [.5, 0, .5] the CDF is [.5, .5, 1]; u·total = .7 gives index 2. A zero-
+    probability token has a zero-width step, so it is never drawn. One random number per draw
+    (Gumbel-max would need V of them) halves the cost of a draft step on a CPU.
+    """
+    cdf = jnp.cumsum(probs, axis=-1)  # (..., V)
+    u = jax.random.uniform(key, probs.shape[:-1] + (1,)) * cdf[..., -1:]  # (..., 1)
+    return jnp.sum(cdf <= u, axis=-1).astype(jnp.int32)
+
+
+def sample_rows(key: jax.Array, probs: jax.Array) -> jax.Array:
+    """Independent draws for each row of probs (B, V), row b using fold_in(key, b).
+
+    Keying by row index (not by batch shape) makes row b's draw the same whatever else is
+    in the batch — the property batched speculation must keep.
+    """
+    return jax.vmap(sample)(row_keys(key, probs.shape[0]), probs)
+
+
+def row_keys(key: jax.Array, batch: int) -> jax.Array:
+    """One key per row, fold_in(key, b): row b's randomness ignores the batch size."""
+    return jax.vmap(lambda b: jax.random.fold_in(key, b))(jnp.arange(batch))

@@ -1,0 +1,218 @@
+"""The speculative loop: draft γ tokens, verify them in one target pass, commit, repeat.
+
+One round (`speculative_step` = `draft_phase` then `verify_phase`):
+
+1. draft:  the drafter proposes x₁..x_γ and their laws q₁..q_γ;
+2. verify: ONE target pass over the block [last committed token, x₁..x_γ] gives p₁..p_{γ+1};
+3. accept / reject / residual / bonus (verify.py) -> n accepted drafts plus one more token;
+4. commit: append x₁..x_n and that token, roll both caches back to the committed length.
+
+Static vs traced — what recompiles: the target and drafter (graph + config), γ, batch size,
+prompt bucket and cache capacity are static; tokens, lengths, max_new_tokens, the sampling
+params and the key are traced (changing temperature never recompiles).
+
+Cache invariant: the target's KV cache holds every committed token except the last one, which
+leads the next verify block; so after a round the cache length is simply `length - 1` and the
+KV of rejected drafts sits in stale slots that no query can see (cache.py).
+
+Two drivers, one step (as in the gemma sampler): `speculative_generate` fuses every round into
+one `lax.while_loop` (speed, large-N statistics); `speculative_rounds` is a Python generator
+that runs the two phases as separate jitted calls, times them, and yields each round's
+`StepTrace` (the UI, lessons, tracing). Same key => same tokens from both.
+"""
+
+import time
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nanospec.cache import KVCache, init_cache, rollback
+from nanospec.drafters import take_rows
+from nanospec.errors import UserError
+from nanospec.model import ModelConfig, forward
+from nanospec.sampling import SamplingParams, sampling_probs
+from nanospec.verify import Verdict, verify
+
+TOP = 5  # how many of the most likely tokens a trace keeps per position (for display)
+
+
+class SpecState(NamedTuple):
+    seq: jax.Array  # (B, S) int32: committed tokens; slot i holds position i
+    length: jax.Array  # (B,) int32: committed tokens per row (prompt included)
+    cache: KVCache  # the target's: holds length - 1 tokens
+    dstate: Any  # the drafter's own state (e.g. the draft model's KV cache)
+    n_new: jax.Array  # (B,) int32: tokens generated so far
+    done: jax.Array  # (B,) bool
+    hist: jax.Array  # (B, γ+1) int32: rounds that accepted 0, 1, ..., γ drafts (trace.metrics)
+    step: jax.Array  # () int32: rounds taken by the loop (keys are fold_in(key, step))
+    key: jax.Array
+
+
+class Drafted(NamedTuple):  # what the draft phase hands to the verify phase
+    drafts: jax.Array  # (B, γ) int32
+    q: jax.Array  # (B, γ, V) the law each draft was drawn from
+
+
+class StepTrace(NamedTuple):
+    """Everything one round decided, as fixed-shape arrays (turned into events on the host)."""
+
+    live: jax.Array  # (B,) bool: the row took part in this round
+    start: jax.Array  # (B,) int32: committed length before the round
+    drafts: jax.Array  # (B, γ)
+    verdict: Verdict  # n_accepted, accepted, token, is_bonus, u, p_x, q_x, extra_probs
+    n_emitted: jax.Array  # (B,) tokens appended (n + 1, cut short by EOS or max_new)
+    emitted: jax.Array  # (B, γ+1) the appended tokens (valid up to n_emitted)
+    q_top: tuple  # (ids, probs) each (B, γ, TOP)
+    p_top: tuple  # (ids, probs) each (B, γ+1, TOP)
+    extra_top: tuple  # (ids, probs) each (B, TOP): the residual or bonus law
+    token_prob: jax.Array  # (B,) probability of the residual/bonus token under that law
+
+
+def _top(probs):
+    probs, ids = jax.lax.top_k(probs, TOP)
+    return ids, probs
+
+
+def headroom(gamma: int) -> int:
+    """Free cache slots a row needs to run one more round: the γ+1-token verify block."""
+    return gamma + 1
+
+
+def prefill(graphdef, params, cfg: ModelConfig, drafter, dparams, tokens, lengths, key,
+            gamma: int) -> SpecState:
+    """Cache the prompt in target and drafter; the last prompt token waits for the first block."""
+    B, Lb = tokens.shape
+    cache = init_cache(cfg.n_layer, cfg.n_head, cfg.head_dim, B, cfg.n_ctx)
+    positions = jnp.broadcast_to(jnp.arange(Lb), (B, Lb))
+    _, _, cache = forward(graphdef, params, tokens, positions, cache)
+    seq = jnp.zeros((B, cfg.n_ctx), jnp.int32).at[:, :Lb].set(tokens)
+    return SpecState(seq, lengths, rollback(cache, lengths - 1), drafter.init(dparams, tokens, lengths),
+                     jnp.zeros(B, jnp.int32), jnp.zeros(B, bool), jnp.zeros((B, gamma + 1), jnp.int32),
+                     jnp.int32(0), key)
+
+
+def draft_phase(drafter, dparams, state: SpecState, sp: SamplingParams, gamma: int):
+    key = jax.random.fold_in(jax.random.fold_in(state.key, state.step), 0)
+    drafts, q, dstate = drafter.propose(dparams, state.dstate, state.seq, state.length, key, sp, gamma)
+    return Drafted(drafts, q), state._replace(dstate=dstate)
+
+
+def committed_cache_length(new_length: jax.Array) -> jax.Array:
+    """The target cache keeps every committed token but the last (it leads the next block)."""
+    return new_length - 1
+
+
+def emit_count(n_accepted, emitted, n_new, max_new, eos_id: int):
+    """How many of [x₁..x_n, token] to append: n + 1, cut after an EOS and at max_new."""
+    gamma1 = emitted.shape[1]
+    idx = jnp.arange(gamma1)[None, :]
+    is_eos = (emitted == eos_id) & (idx <= n_accepted[:, None])
+    first_eos = jnp.where(jnp.any(is_eos, axis=1), jnp.argmax(is_eos, axis=1), gamma1)
+    n = jnp.minimum(jnp.minimum(n_accepted + 1, first_eos + 1), max_new - n_new)
+    return n, first_eos < n
+
+
+def verify_phase(graphdef, params, cfg: ModelConfig, state: SpecState, drafted: Drafted,
+                 sp: SamplingParams, max_new, eos_id: int):
+    """One target pass over [last, x₁..x_γ], the verify rule, and the commit."""
+    B, gamma = drafted.drafts.shape
+    live = ~state.done
+    last = take_rows(state.seq, state.length - 1, 1)  # (B, 1)
+    block = jnp.concatenate([last, drafted.drafts], axis=1)  # (B, γ+1)
+    positions = (state.length - 1)[:, None] + jnp.arange(gamma + 1)  # (B, γ+1)
+    logits, _, cache = forward(graphdef, params, block, positions, state.cache)  # (B, γ+1, V)
+    p = sampling_probs(logits, sp)  # (B, γ+1, V)
+    key = jax.random.fold_in(jax.random.fold_in(state.key, state.step), 1)
+    v = verify(key, drafted.drafts, drafted.q, p)
+
+    # The appended tokens: drafts x₁..x_n then the residual/bonus token at index n.
+    emitted = jnp.concatenate([drafted.drafts, jnp.zeros((B, 1), jnp.int32)], axis=1)
+    emitted = emitted.at[jnp.arange(B), v.n_accepted].set(v.token)  # (B, γ+1)
+    n_emit, hit_eos = emit_count(v.n_accepted, emitted, state.n_new, max_new, eos_id)
+    n_emit = jnp.where(live, n_emit, 0)
+    # Write all γ+1 slots (fixed shape); those past the new length are junk until overwritten.
+    # subtle: a finished row may sit too close to the end for γ+1 slots, where the write would
+    # be clamped onto committed tokens — so it writes back what is already there.
+    block_out = jnp.where(live[:, None], emitted, take_rows(state.seq, state.length, gamma + 1))
+    write = lambda row, e, s: jax.lax.dynamic_update_slice(row, e, (s,))
+    seq = jax.vmap(write)(state.seq, block_out, state.length)
+    length = state.length + n_emit
+    n_new = state.n_new + n_emit
+    full = length + headroom(gamma) > cfg.n_ctx
+    done = state.done | (live & (hit_eos | (n_new >= max_new) | full))
+    cache = rollback(cache, jnp.where(live, committed_cache_length(length), state.cache.length))
+
+    hist = state.hist.at[jnp.arange(B), v.n_accepted].add(live.astype(jnp.int32))
+    new_state = state._replace(seq=seq, length=length, cache=cache, n_new=n_new, done=done,
+                               hist=hist, step=state.step + 1)
+    trace = StepTrace(live, state.length, drafted.drafts, v, n_emit, emitted, _top(drafted.q),
+                      _top(p), _top(v.extra_probs),
+                      jnp.take_along_axis(v.extra_probs, v.token[:, None], axis=1)[:, 0])
+    return new_state, trace
+
+
+def speculative_step(graphdef, params, cfg, drafter, dparams, state, sp, max_new, eos_id, gamma):
+    """One whole round: draft, verify, commit."""
+    drafted, state = draft_phase(drafter, dparams, state, sp, gamma)
+    return verify_phase(graphdef, params, cfg, state, drafted, sp, max_new, eos_id)
+
+
+_STATIC = ("graphdef", "cfg", "drafter", "eos_id", "gamma")
+
+
+@partial(jax.jit, static_argnames=_STATIC)
+def _fused(graphdef, params, cfg, drafter, dparams, tokens, lengths, key, sp, max_new, eos_id, gamma):
+    state = prefill(graphdef, params, cfg, drafter, dparams, tokens, lengths, key, gamma)
+    step = lambda s: speculative_step(graphdef, params, cfg, drafter, dparams, s, sp, max_new,
+                                      eos_id, gamma)[0]
+    return jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
+
+
+_prefill_jit = jax.jit(prefill, static_argnames=("graphdef", "cfg", "drafter", "gamma"))
+_draft_jit = jax.jit(draft_phase, static_argnames=("drafter", "gamma"), donate_argnums=(2,))
+_verify_jit = jax.jit(verify_phase, static_argnames=("graphdef", "cfg", "eos_id"), donate_argnums=(3,))
+
+
+def check_room(cfg: ModelConfig, lengths, max_new: int, gamma: int) -> None:
+    if not 1 <= gamma <= 32:
+        raise UserError(f"gamma must be between 1 and 32, got {gamma}.")
+    if max_new < 1:
+        raise UserError(f"max_new_tokens must be at least 1, got {max_new}.")
+    longest = int(np.max(np.asarray(lengths)))
+    if longest + headroom(gamma) > cfg.n_ctx:
+        raise UserError(f"The prompt is {longest} tokens; with gamma={gamma} the model's context "
+                        f"of {cfg.n_ctx} leaves no room to speculate. Shorten it or lower gamma.")
+
+
+def speculative_generate(graphdef, params, cfg, drafter, dparams, tokens, lengths, key,
+                         sp: SamplingParams, max_new: int, eos_id: int, gamma: int) -> SpecState:
+    """Fused driver: the whole generation in one jitted `lax.while_loop`."""
+    check_room(cfg, lengths, max_new, gamma)
+    return _fused(graphdef, params, cfg, drafter, dparams, tokens, lengths, key, sp,
+                  jnp.int32(max_new), eos_id, gamma)
+
+
+def speculative_rounds(graphdef, params, cfg, drafter, dparams, tokens, lengths, key,
+                       sp: SamplingParams, max_new: int, eos_id: int, gamma: int):
+    """Step-wise driver: yields (StepTrace, SpecState, timings) after every round."""
+    check_room(cfg, lengths, max_new, gamma)
+    state = _prefill_jit(graphdef, params, cfg, drafter, dparams, tokens, lengths, key, gamma)
+    max_new = jnp.int32(max_new)
+    while not bool(jnp.all(state.done)):
+        t0 = time.perf_counter()
+        drafted, state = _draft_jit(drafter, dparams, state, sp, gamma)
+        jax.block_until_ready(drafted)
+        t1 = time.perf_counter()
+        state, trace = _verify_jit(graphdef, params, cfg, state, drafted, sp, max_new, eos_id)
+        jax.block_until_ready(state.length)
+        t2 = time.perf_counter()
+        yield trace, state, {"draft_s": t1 - t0, "verify_s": t2 - t1}
+
+
+def generated(state: SpecState, prompt_lengths) -> list[list[int]]:
+    """Each row's generated ids (prompt stripped)."""
+    seq, start, n = np.asarray(state.seq), np.asarray(prompt_lengths), np.asarray(state.n_new)
+    return [seq[b, start[b]:start[b] + n[b]].tolist() for b in range(len(start))]

@@ -1,0 +1,173 @@
+"""Trace events: what happened in every round, as JSON lines — and the metrics computed from them.
+
+The loop returns fixed-shape arrays (`StepTrace`); `events_from_step` turns them into events on
+the host, after the fact — never by callbacks from inside jit. Schema 1, one JSON object per line,
+each with "schema", "type", and for per-row events "round" (0-based) and "row":
+
+  run_start  prompt, prompt_tokens, method, gamma, temperature, top_k, top_p, seed, target, drafter
+  draft      index (1..γ), position, token, text, q = q(x), q_top = [[id, text, prob], ...]
+  verify     p = [p(x₁) .. p(x_γ)], p_top = one top list per position 1..γ+1
+  accept     index, position, token, text, p, q, u, ratio        (u < p/q)
+  reject     index, position, token, text, p, q, u, ratio        (u ≥ p/q: the first rejection)
+  discard    index, position, token, text                        (after a rejection, never judged)
+  resample   position, token, text, p, top (p and top of the residual norm(max(0, p − q)))
+  bonus      position, token, text, p, top (of p_{γ+1})
+  round_end  accepted, drafted, emitted (ids), emitted_text, length, draft_ms, verify_ms
+  run_end    summary (= summarize(all earlier events))
+
+`summarize(events)` computes every metric once, with the names serving engines use:
+draft acceptance rate = accepted / drafted; mean acceptance length = 1 + accepted / rounds
+(it counts the residual-or-bonus token); per-position acceptance rate (position i accepted, over
+all rounds); acceptance histogram (rounds that accepted 0..γ drafts); tokens per target call
+(generated tokens / verify passes; autoregressive decoding scores exactly 1).
+"""
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from nanospec.errors import UserError
+from nanospec.fileio import atomic_write
+
+SCHEMA = 1
+
+
+def _top(tok, ids, probs) -> list:
+    return [[int(i), tok.token_str(int(i)), round(float(p), 6)] for i, p in zip(ids, probs) if p > 0]
+
+
+def run_start(tok, prompt: str, prompt_ids: list[int], method: str, gamma: int, temperature: float,
+              top_k: int, top_p: float, seed: int, target: str, drafter: str, batch: int = 1) -> dict:
+    return {"schema": SCHEMA, "type": "run_start", "prompt": prompt, "prompt_tokens": prompt_ids,
+            "prompt_token_text": [tok.token_str(t) for t in prompt_ids], "method": method,
+            "gamma": gamma, "temperature": temperature, "top_k": top_k, "top_p": top_p,
+            "seed": seed, "target": target, "drafter": drafter, "batch": batch}
+
+
+def events_from_step(trace, tok, round_idx: int, timings: dict | None = None) -> list[dict]:
+    """One round's StepTrace (device arrays) -> its events, row by row, in reading order."""
+    t = _to_numpy(trace)
+    v = t["verdict"]
+    B, gamma = t["drafts"].shape
+    timings = timings or {}
+    events: list[dict] = []
+    for b in range(B):
+        if not t["live"][b]:
+            continue
+        head = {"schema": SCHEMA, "round": round_idx, "row": b}
+        start = int(t["start"][b])
+        n = int(v["n_accepted"][b])
+        for i in range(gamma):
+            x = int(t["drafts"][b, i])
+            events.append({**head, "type": "draft", "index": i + 1, "position": start + i, "token": x,
+                           "text": tok.token_str(x), "q": float(v["q_x"][b, i]),
+                           "q_top": _top(tok, t["q_top"][0][b, i], t["q_top"][1][b, i])})
+        events.append({**head, "type": "verify", "p": [float(x) for x in v["p_x"][b]],
+                       "p_top": [_top(tok, t["p_top"][0][b, j], t["p_top"][1][b, j])
+                                 for j in range(gamma + 1)]})
+        for i in range(gamma):
+            x = int(t["drafts"][b, i])
+            base = {**head, "index": i + 1, "position": start + i, "token": x, "text": tok.token_str(x)}
+            if i > n:
+                events.append({**base, "type": "discard"})
+                continue
+            p, q, u = float(v["p_x"][b, i]), float(v["q_x"][b, i]), float(v["u"][b, i])
+            events.append({**base, "type": "accept" if i < n else "reject", "p": p, "q": q, "u": u,
+                           "ratio": p / q if q > 0 else float("inf")})
+        y = int(v["token"][b])
+        events.append({**head, "type": "bonus" if v["is_bonus"][b] else "resample",
+                       "position": start + n, "token": y, "text": tok.token_str(y),
+                       "p": float(t["token_prob"][b]),
+                       "top": _top(tok, t["extra_top"][0][b], t["extra_top"][1][b])})
+        k = int(t["n_emitted"][b])
+        emitted = [int(x) for x in t["emitted"][b, :k]]
+        events.append({**head, "type": "round_end", "accepted": n, "drafted": gamma,
+                       "emitted": emitted, "emitted_text": tok.decode(emitted),
+                       "length": start + k, "draft_ms": 1e3 * timings.get("draft_s", 0.0),
+                       "verify_ms": 1e3 * timings.get("verify_s", 0.0)})
+    return events
+
+
+def _to_numpy(trace) -> dict:
+    d = {k: getattr(trace, k) for k in trace._fields}
+    out = {}
+    for k, x in d.items():
+        if hasattr(x, "_fields"):
+            out[k] = {f: np.asarray(getattr(x, f)) for f in x._fields}
+        elif isinstance(x, tuple):
+            out[k] = tuple(np.asarray(a) for a in x)
+        else:
+            out[k] = np.asarray(x)
+    return out
+
+
+def metrics(hist: list[int], generated: int) -> dict:
+    """The acceptance metrics from the acceptance histogram (rounds that accepted 0..γ drafts).
+
+    Everything follows from it: rounds = Σ hist, accepted = Σ k·hist[k], drafted = γ·rounds,
+    and draft i was accepted in every round that accepted at least i drafts.
+
+    >>> m = metrics([1, 0, 1], generated=4)   # γ = 2: one round accepted 0, one accepted 2
+    >>> m["acceptance_rate"], m["mean_acceptance_length"], m["per_position_acceptance"]
+    (0.5, 2.0, [0.5, 0.5])
+    """
+    gamma, rounds = len(hist) - 1, sum(hist)
+    accepted = sum(k * h for k, h in enumerate(hist))
+    drafted = gamma * rounds
+    return {
+        "rounds": rounds,
+        "drafted": drafted,
+        "accepted": accepted,
+        "generated_tokens": generated,
+        "acceptance_rate": accepted / drafted if drafted else 0.0,
+        "mean_acceptance_length": 1 + accepted / rounds if rounds else 0.0,
+        "per_position_acceptance": [sum(hist[i + 1:]) / rounds if rounds else 0.0
+                                    for i in range(gamma)],
+        "acceptance_histogram": list(hist),
+        "tokens_per_target_call": generated / rounds if rounds else 0.0,
+        "target_calls_saved": generated - rounds,
+    }
+
+
+def summarize(events: Iterable[dict]) -> dict:
+    """Every metric of a run, computed once from its events."""
+    ends = [e for e in events if e.get("type") == "round_end"]
+    gamma = max((e["drafted"] for e in ends), default=0)
+    hist = [0] * (gamma + 1)
+    for e in ends:
+        hist[e["accepted"]] += 1
+    return {**metrics(hist, generated=sum(len(e["emitted"]) for e in ends)),
+            "draft_ms": sum(e["draft_ms"] for e in ends),
+            "verify_ms": sum(e["verify_ms"] for e in ends)}
+
+
+def run_end(events: list[dict]) -> dict:
+    return {"schema": SCHEMA, "type": "run_end", "summary": summarize(events)}
+
+
+def write_jsonl(path: str | Path, events: list[dict]) -> None:
+    atomic_write(path, "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events))
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Read a trace; a missing file, a broken line or another schema is one clear UserError."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"Trace file not found: {path}.")
+    events = []
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            e = json.loads(line)
+        except ValueError:
+            raise UserError(f"{path} line {n} is not valid JSON (truncated trace?).") from None
+        if not isinstance(e, dict) or e.get("schema") != SCHEMA:
+            raise UserError(f"{path} line {n} has schema {e.get('schema') if isinstance(e, dict) else None}"
+                            f"; this nanospec reads schema {SCHEMA}.")
+        events.append(e)
+    if not events or events[0].get("type") != "run_start":
+        raise UserError(f"{path} does not start with a run_start event; is it a nanospec trace?")
+    return events

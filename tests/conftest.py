@@ -1,0 +1,44 @@
+"""Shared fixtures: tiny models built in seconds, so only shipped-checkpoint tests load weights."""
+
+from pathlib import Path
+
+import pytest
+from flax import nnx
+
+from nanospec.checkpoint import record_file, save_model
+from nanospec.model import GPT, ModelConfig
+from nanospec.tokenizer import Tokenizer
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED = REPO / "checkpoints"
+
+TINY_TEXT = [
+    "The capital of France is Paris. The capital of Spain is Madrid.",
+    "Repeat after me: the quick brown fox. The quick brown fox.",
+    "def capital_of(country):\n    return capitals[country]\n",
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer() -> Tokenizer:
+    return Tokenizer.train(TINY_TEXT, vocab_size=300)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_tokenizer):
+    """(cfg, graphdef, params) of an untrained 2-layer model over the tiny tokenizer."""
+    cfg = ModelConfig.tiny(vocab_size=tiny_tokenizer.vocab_size, n_ctx=64)
+    graphdef, params = nnx.split(GPT(cfg, nnx.Rngs(0)))
+    return cfg, graphdef, params
+
+
+@pytest.fixture
+def tiny_ckpt_dir(tmp_path, tiny_tokenizer, tiny_model) -> Path:
+    """A checkpoints/ folder shaped like the shipped one: tokenizer, target and draft, MANIFEST."""
+    cfg, graphdef, params = tiny_model
+    tiny_tokenizer.save(tmp_path / "tokenizer.json")
+    record_file(tmp_path, "tokenizer.json", {"vocab_size": tiny_tokenizer.vocab_size})
+    for name in ("target", "draft"):
+        named = ModelConfig.from_dict({**cfg.to_dict(), "name": name})
+        save_model(tmp_path, named, params, {"note": "untrained test model"})
+    return tmp_path

@@ -1,0 +1,161 @@
+"""Exact laws by enumeration, and the machinery to compare the real implementation against them.
+
+Tiny random transformers (vocabulary V = 5) make every continuation enumerable: the exact
+target law of m new tokens is the chain rule over all V^m sequences, computed with the same
+`sampling_probs` the samplers use. The implementation is then run N times (rows of one batch
+are independent draws: row b is keyed by fold_in(key, b)) and compared with a chi-square test.
+"""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from scipy import stats
+
+from nanospec.drafters import DraftModel
+from nanospec.generate import pad_prompts
+from nanospec.model import GPT, ModelConfig, forward
+from nanospec.sampling import SamplingParams, sampling_probs
+from nanospec.speculative import _fused, generated, prefill, speculative_step
+
+V = 5  # vocabulary of the tiny models
+N_CTX = 16
+PROMPT = [1, 3]  # two tokens: the loop needs the last two committed tokens to exist
+PROMPT_B = [4, 0, 2]  # a second prompt of another length, for batches of mixed rows
+
+
+def tiny_lm(seed: int, n_layer: int = 2, d_model: int = 16, scale: float = 12.0):
+    """A random GPT whose next-token laws are peaked and depend on the context.
+
+    GPT-2's init (std 0.02) gives near-uniform outputs; scaling every matrix makes the laws
+    sharp enough that target and draft disagree often — so rejections, residuals and bonus
+    tokens all happen many times in N runs.
+    """
+    cfg = ModelConfig(name=f"tiny{seed}", vocab_size=V, n_ctx=N_CTX, n_layer=n_layer, n_head=2,
+                      d_model=d_model)
+    graphdef, params = nnx.split(GPT(cfg, nnx.Rngs(seed)))
+    params = jax.tree.map(lambda x: x * scale if x.ndim >= 2 else x, params)
+    return cfg, graphdef, params
+
+
+def tiny_pair():
+    """(target, draft): the draft is the target's weights blended half-way with another
+    random model's, so it agrees often but not always — with γ = 3, about 25% of first rounds
+    reject the first draft and 36% accept all three (then a bonus token is drawn)."""
+    target, other = tiny_lm(0), tiny_lm(1)
+    cfg = ModelConfig.from_dict({**target[0].to_dict(), "name": "tiny-draft"})
+    blended = jax.tree.map(lambda a, b: 0.5 * a + 0.5 * b, target[2], other[2])
+    return target, (cfg, target[1], blended)
+
+
+def exact_law(model, prompt: list[int], m: int, sp: SamplingParams) -> np.ndarray:
+    """P(next m tokens = s) for every s in V^m (index: base-V number), float64."""
+    cfg, g, p = model
+    seqs = np.array(list(itertools.product(range(V), repeat=m)), np.int32)  # (V^m, m)
+    full = np.concatenate([np.tile(prompt, (len(seqs), 1)), seqs], axis=1)  # (V^m, L+m)
+    T = full.shape[1]
+    logits, _, _ = forward(g, p, jnp.asarray(full), jnp.broadcast_to(jnp.arange(T), full.shape))
+    probs = np.asarray(sampling_probs(logits, sp), np.float64)  # (V^m, T, V)
+    L = len(prompt)
+    step_p = probs[np.arange(len(seqs))[:, None], L - 1 + np.arange(m)[None, :], seqs]  # (V^m, m)
+    law = step_p.prod(axis=1)
+    return law / law.sum()
+
+
+def encode(seqs: list[list[int]]) -> np.ndarray:
+    """Sequences of equal length m -> base-V integers (the cell index of exact_law)."""
+    arr = np.asarray(seqs)
+    return (arr * V ** np.arange(arr.shape[1] - 1, -1, -1)).sum(axis=1)
+
+
+def run_speculative(target, drafter, dparams, prompts: list[list[int]], m: int,
+                    sp: SamplingParams, gamma: int, seed: int, chunk: int = 50_000):
+    """Generate m tokens for every prompt row; returns {prompt index: list of sequences}."""
+    cfg, g, p = target
+    out: dict[int, list] = {}
+    for c, start in enumerate(range(0, len(prompts), chunk)):
+        rows = prompts[start:start + chunk]
+        tokens, lengths = pad_prompts(rows, cfg.n_ctx)
+        state = _fused(g, p, cfg, drafter, dparams, tokens, lengths,
+                       jax.random.fold_in(jax.random.key(seed), c), sp, jnp.int32(m), -1, gamma)
+        for row, seq in zip(rows, generated(state, lengths)):
+            out.setdefault(tuple(row), []).append(seq)
+    return out
+
+
+def chi_square_pvalue(observed_cells: np.ndarray, law: np.ndarray, min_expected: float = 5.0) -> float:
+    """Pearson chi-square goodness of fit, pooling cells whose expected count is below 5."""
+    n = len(observed_cells)
+    counts = np.bincount(observed_cells, minlength=len(law)).astype(np.float64)
+    expected = law * n
+    if counts[expected == 0].sum() > 0:
+        return 0.0  # a sequence the target can never produce was produced: certainly wrong
+    small = expected < min_expected
+    obs = np.append(counts[~small], counts[small].sum())
+    exp = np.append(expected[~small], expected[small].sum())
+    keep = exp > 0
+    return float(stats.chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
+
+
+def first_round_law(target, draft, prompt: list[int], gamma: int, sp: SamplingParams) -> dict:
+    """Exact law of what ONE round emits from `prompt`: {(x₁, .., x_n, y): probability}.
+
+    Enumerates every draft path x₁..x_γ (V^γ of them) and reads p and q at each prefix:
+    P(x₁..x_n accepted, then y) = Π_{j≤n} min(q_j, p_j)(x_j) · max(0, p_{n+1} − q_{n+1})(y)
+    for n < γ, and Π_{j≤γ} min(q_j, p_j)(x_j) · p_{γ+1}(y) when all γ are accepted.
+    Unlike the law of the final text, this also pins down *how* tokens arrive — dropping the
+    bonus token leaves the text's law intact but changes this one.
+    """
+    paths = np.array(list(itertools.product(range(V), repeat=gamma)), np.int32)  # (V^γ, γ)
+    full = np.concatenate([np.tile(prompt, (len(paths), 1)), paths], axis=1)
+    T, L = full.shape[1], len(prompt)
+
+    def laws_of(model):
+        _, g, params = model
+        logits, _, _ = forward(g, params, jnp.asarray(full), jnp.broadcast_to(jnp.arange(T), full.shape))
+        return np.asarray(sampling_probs(logits, sp), np.float64)[:, L - 1:]  # (V^γ, γ+1, V)
+
+    p, q = laws_of(target), laws_of(draft)
+    law: dict[tuple, float] = {}
+    for i, path in enumerate(paths):
+        reach = 1.0  # probability that x₁..x_n were drafted and accepted
+        for n in range(gamma + 1):
+            if n == gamma:
+                extra = p[i, gamma]
+            else:
+                extra = np.maximum(p[i, n] - q[i, n], 0.0)
+            for y in range(V):
+                key = tuple(path[:n]) + (y,)
+                # every path sharing the same first n drafts gives the same term: count it once
+                law[key] = reach * extra[y]
+            if n < gamma:
+                reach *= min(q[i, n, path[n]], p[i, n, path[n]])
+    return law
+
+
+def run_first_round(target, drafter, dparams, prompt: list[int], n: int, sp: SamplingParams,
+                    gamma: int, seed: int) -> list[tuple]:
+    """What the real implementation emits in its first round, for n independent rows."""
+    cfg, g, p = target
+    tokens, lengths = pad_prompts([prompt] * n, cfg.n_ctx)
+
+    @jax.jit
+    def one_round(key):
+        state = prefill(g, p, cfg, drafter, dparams, tokens, lengths, key, gamma)
+        _, trace = speculative_step(g, p, cfg, drafter, dparams, state, sp, jnp.int32(1000), -1, gamma)
+        return trace.emitted, trace.n_emitted
+
+    emitted, count = map(np.asarray, one_round(jax.random.key(seed)))
+    return [tuple(e[:c]) for e, c in zip(emitted, count)]
+
+
+def chi_square_categorical(observed: list, law: dict, min_expected: float = 5.0) -> float:
+    """chi_square_pvalue for outcomes that are arbitrary hashable keys of `law`."""
+    index = {k: i for i, k in enumerate(law)}
+    if any(o not in index for o in observed):
+        return 0.0
+    cells = np.array([index[o] for o in observed])
+    probs = np.array(list(law.values()))
+    return chi_square_pvalue(cells, probs / probs.sum(), min_expected)

@@ -1,0 +1,97 @@
+"""sampling_probs: the one place logits become the law we sample from.
+
+Known-answer cases worked out by hand, invariants (a distribution, support inside the top-k),
+and that changing a sampling setting never recompiles.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nanospec.sampling import GREEDY, SamplingParams, sample_rows, sampling_probs
+
+LOGITS = jnp.array([2.0, 1.0, 0.0, -1.0])
+
+
+def test_worked_example_from_the_docstring():
+    p = sampling_probs(LOGITS, SamplingParams.make(1.0))
+    np.testing.assert_allclose(p, [0.6439, 0.2369, 0.0871, 0.0321], atol=1e-4)
+    p = sampling_probs(LOGITS, SamplingParams.make(1.0, top_k=2))
+    np.testing.assert_allclose(p, [0.7311, 0.2689, 0, 0], atol=1e-4)
+    p = sampling_probs(LOGITS, SamplingParams.make(1.0, top_k=2, top_p=0.7))
+    np.testing.assert_allclose(p, [1, 0, 0, 0], atol=1e-6)
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    # probs .644 .237 .087 .032: 0.85 needs the first two (.881), 0.9 needs three (.968)
+    p = sampling_probs(LOGITS, SamplingParams.make(1.0, top_p=0.85))
+    assert (np.asarray(p) > 0).tolist() == [True, True, False, False]
+    p = sampling_probs(LOGITS, SamplingParams.make(1.0, top_p=0.9))
+    assert (np.asarray(p) > 0).tolist() == [True, True, True, False]
+
+
+def test_temperature_sharpens_and_flattens():
+    cold = sampling_probs(LOGITS, SamplingParams.make(0.5))
+    hot = sampling_probs(LOGITS, SamplingParams.make(2.0))
+    np.testing.assert_allclose(cold, jax.nn.softmax(LOGITS / 0.5), rtol=1e-6)
+    assert cold[0] > sampling_probs(LOGITS, SamplingParams.make(1.0))[0] > hot[0]
+
+
+def test_temperature_zero_is_one_hot_argmax_and_first_index_wins_ties():
+    np.testing.assert_array_equal(sampling_probs(LOGITS, GREEDY), [1, 0, 0, 0])
+    np.testing.assert_array_equal(sampling_probs(jnp.array([0.0, 3.0, 3.0]), GREEDY), [0, 1, 0])
+
+
+def test_ties_at_the_top_k_cut_are_all_kept():
+    p = sampling_probs(jnp.array([1.0, 1.0, 1.0, 0.0]), SamplingParams.make(1.0, top_k=2))
+    np.testing.assert_allclose(p, [1 / 3, 1 / 3, 1 / 3, 0], atol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-8, 8), min_size=2, max_size=12), st.floats(0.05, 3.0),
+       st.integers(0, 12), st.floats(0.05, 1.0))
+def test_result_is_a_distribution_supported_inside_the_top_k(logits, t, k, top_p):
+    logits = jnp.array(logits, jnp.float32)
+    p = np.asarray(sampling_probs(logits, SamplingParams.make(t, k, top_p)), np.float64)
+    assert p.min() >= 0 and abs(p.sum() - 1) < 1e-5
+    assert p[int(jnp.argmax(logits))] > 0  # the most likely token always survives
+    if k > 0:
+        kth = np.sort(np.asarray(logits))[::-1][min(k, len(logits)) - 1]
+        assert np.all(p[np.asarray(logits) < kth] == 0)
+
+
+def test_changing_settings_does_not_recompile():
+    f = jax.jit(sampling_probs)
+    for sp in (SamplingParams.make(1.0), SamplingParams.make(0.3, 5, 0.9), GREEDY,
+               SamplingParams.make(2.0, 0, 0.5)):
+        f(LOGITS, sp)
+    assert f._cache_size() == 1
+
+
+def test_sample_rows_matches_the_law_and_never_draws_zero_mass():
+    probs = jnp.tile(jnp.array([0.5, 0.3, 0.2, 0.0]), (20000, 1))
+    draws = np.asarray(sample_rows(jax.random.key(0), probs))
+    freq = np.bincount(draws, minlength=4) / len(draws)
+    # N = 20000: each frequency has sd <= 0.0036; 0.02 is > 5 sd (false failure < 1e-6)
+    np.testing.assert_allclose(freq, [0.5, 0.3, 0.2, 0.0], atol=0.02)
+    assert freq[3] == 0
+
+
+def test_a_rows_draw_does_not_depend_on_the_rest_of_the_batch():
+    key = jax.random.key(1)
+    p = jax.nn.softmax(jax.random.normal(jax.random.key(2), (4, 30)))
+    alone = sample_rows(key, p[:2])
+    together = sample_rows(key, p)
+    np.testing.assert_array_equal(alone, together[:2])
+
+
+@pytest.mark.parametrize("bad", [{"top_p": 0.0}, {"top_p": 1.5}, {"temperature": -1.0}])
+def test_the_cli_rejects_out_of_range_settings(bad):
+    from nanospec.cli import check_sampling
+    from nanospec.errors import UserError
+    kw = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, **bad}
+    with pytest.raises(UserError):
+        check_sampling(**kw)

@@ -1,0 +1,81 @@
+"""The shipped checkpoints: intact, small, and with the facts-versus-grammar contrast we need.
+
+These are the only tests (with tests/statistical/test_greedy_identity.py and
+test_two_sample.py) that load the real weights.
+"""
+
+import json
+
+import pytest
+
+from nanospec.checkpoint import load_models, read_manifest
+from nanospec.decode import Bundle, decode
+from nanospec.evaluate import all_fact_accuracy, capital_accuracy, next_token_accuracy
+from nanospec.fileio import sha256_file
+from tests.conftest import SHIPPED
+
+
+@pytest.fixture(scope="module")
+def bundle():
+    return Bundle.load(SHIPPED, ["target", "draft"])
+
+
+def test_manifest_lists_every_shipped_file_with_its_hash():
+    manifest = read_manifest(SHIPPED)
+    files = {p.name for p in SHIPPED.iterdir() if p.name != "MANIFEST"}
+    assert files == set(manifest["files"])
+    for name, entry in manifest["files"].items():
+        assert sha256_file(SHIPPED / name) == entry["sha256"]
+        assert (SHIPPED / name).stat().st_size == entry["bytes"]
+    for name in ("target.safetensors", "draft.safetensors"):
+        info = manifest["models"][name]
+        assert info["command"].startswith("nanospec train ")
+        assert info["final_val_loss"] < 2.0 and info["wall_seconds"] > 0
+
+
+def test_all_checkpoints_fit_in_40_mb():
+    assert sum(p.stat().st_size for p in SHIPPED.iterdir()) < 40 * 2**20
+
+
+def test_the_draft_costs_at_most_a_fifth_of_the_target_per_token(bundle):
+    """Compute per decoded token (multiply-adds of every matrix), not wall time: tests never
+    time things. `nanospec bench` measures the real ratio (README)."""
+    def macs(cfg, context=128):
+        per_layer = 12 * cfg.d_model**2 + 2 * context * cfg.d_model  # weights + attention
+        return cfg.n_layer * per_layer + cfg.vocab_size * cfg.d_model  # + the output layer
+    assert macs(bundle.models["draft"][0]) <= macs(bundle.models["target"][0]) / 5
+
+
+def test_greedy_france_is_paris(bundle):
+    r = decode(bundle, "The capital of France is", method="ar", temperature=0.0, max_new=4)
+    assert r.texts[0].startswith(" Paris")
+
+
+def test_the_target_knows_at_least_95_percent_of_the_capitals(bundle):
+    cfg, g, p = bundle.models["target"]
+    acc, misses = capital_accuracy(bundle.tok, cfg, g, p)
+    assert acc >= 0.95, misses
+
+
+def test_the_draft_misses_facts_but_keeps_the_grammar(bundle):
+    """Greedy, so deterministic: a regression check on the shipped weights (numbers in README)."""
+    results = {}
+    for name in ("target", "draft"):
+        model = bundle.models[name]
+        results[name] = {"facts": all_fact_accuracy(bundle.tok, *model)["all"],
+                         **next_token_accuracy(bundle.tok, *model, n_windows=16)}
+    t, d = results["target"], results["draft"]
+    assert d["facts"] <= t["facts"] - 0.03, json.dumps(results)  # measurably worse at facts
+    assert abs(d["function_word_accuracy"] - t["function_word_accuracy"]) <= 0.02, json.dumps(results)
+
+
+def test_loading_refuses_a_corrupted_copy(tmp_path):
+    import shutil
+    for p in SHIPPED.iterdir():
+        shutil.copy(p, tmp_path / p.name)
+    blob = bytearray((tmp_path / "draft.safetensors").read_bytes())
+    blob[-100] ^= 0xFF
+    (tmp_path / "draft.safetensors").write_bytes(bytes(blob))
+    from nanospec.errors import UserError
+    with pytest.raises(UserError, match="corrupted"):
+        load_models(tmp_path, ["draft"])

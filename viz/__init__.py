@@ -1,0 +1,22 @@
+"""The nanospec visualiser: a Textual app that animates the speculative loop's trace events.
+
+    rounds.py        trace events -> Round (one round as plain values); checks a trace file
+    playhead.py      the round being shown, step by step: phases, moves, what is revealed
+    settings.py      the settings of a live run and their checks (no JAX)
+    live.py          live mode: run the loop round by round -> each round's events
+    recorder.py      the thread worker that runs live.py and posts rounds to the app
+    app.py           the App: keys, timer, worker; hands each widget what it draws
+    text_panel.py    the committed text and the round in progress, inline with marks
+    round_table.py   the drafts with q, p, u, p/q and ✓ ✗ · ↻ ★
+    charts.py        bars of q, p and the residual for the position under the cursor
+    stats_panel.py   running statistics from nanospec.trace.summarize()
+    timeline.py      draft vs verify time per round
+    status_bar.py    settings, play state and the "compiling…" spinner
+    key_bar.py       every control in the footer, wrapping on narrow screens
+    settings_screen.py  the edit dialog
+    draw.py          bars, numbers, token labels, marks
+    cli.py           `nanospec demo` (registered via the nanospec.commands entry point)
+    demo.tcss        the layout
+
+viz consumes events only; nanospec never imports viz.
+"""

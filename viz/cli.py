@@ -1,0 +1,140 @@
+"""`nanospec demo`: the visualiser's command line (registered through the nanospec.commands
+entry point, so nanospec itself never imports viz).
+
+    nanospec demo [--prompt TEXT] [--method M] [--gamma K] [--temperature T] [--top-k K]
+                  [--top-p P] [--seed S] [--max-new-tokens N]          live, on the shipped models
+    nanospec demo --replay FILE.jsonl                                  a recorded trace, no model
+    nanospec demo ... --screenshot FILE.svg [--round N]                one screen, no terminal
+
+Every mistake a person can fix (a missing or broken trace, a bad setting, no terminal) is one
+sentence and exit code 2, like the rest of nanospec. Importing this module stays cheap: JAX and
+Textual load only when the demo actually runs.
+"""
+
+import asyncio
+import sys
+from pathlib import Path
+
+from nanospec.cli import float_arg, int_in
+from nanospec.errors import UserError
+
+LIVE_FLAGS = {"prompt": "--prompt", "method": "--method", "gamma": "--gamma",
+              "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
+              "seed": "--seed", "max_new": "--max-new-tokens"}
+SCREENSHOT_SIZE = (120, 36)  # columns, rows of the exported screen
+
+
+def register(subparsers) -> None:
+    d = subparsers.add_parser("demo", help="watch speculative decoding round by round (terminal UI)")
+    d.add_argument("--prompt", default=None, help='default "The capital of France is"')
+    d.add_argument("--method", default=None, help="drafting method (default draft)")
+    d.add_argument("--gamma", type=int_in(1, 32), default=None, help="drafts per round (default 4)")
+    d.add_argument("--temperature", type=float_arg, default=None, help="0 = greedy (default 1)")
+    d.add_argument("--top-k", dest="top_k", type=int_in(0), default=None, help="0 = off")
+    d.add_argument("--top-p", dest="top_p", type=float_arg, default=None, help="1 = off")
+    d.add_argument("--seed", type=int_in(0), default=None)
+    d.add_argument("--max-new-tokens", dest="max_new", type=int_in(1, 4096), default=None,
+                   help="tokens to generate (default 32)")
+    d.add_argument("--replay", default=None, metavar="FILE.jsonl",
+                   help="play a recorded trace (nanospec generate --trace) without any model")
+    d.add_argument("--screenshot", default=None, metavar="FILE.svg",
+                   help="write one screen as SVG and exit, without opening a terminal")
+    d.add_argument("--round", type=int_in(1), default=None, metavar="N",
+                   help="open at round N, fully judged (default for --screenshot: the last)")
+    d.set_defaults(func=run_demo)
+
+
+def build_app(args):
+    """The DemoApp the arguments ask for; every problem found here is one UserError."""
+    from viz.app import DemoApp
+
+    given = {name: getattr(args, name) for name in LIVE_FLAGS if getattr(args, name) is not None}
+    interactive = args.screenshot is None
+    if args.replay:
+        if given:
+            flags = ", ".join(LIVE_FLAGS[n] for n in given)
+            raise UserError(f"--replay plays a recorded trace as it was, so {flags} cannot change "
+                            f"it; drop {'them' if len(given) > 1 else 'it'} or run live.")
+        from viz.rounds import load_recording
+        recording = load_recording(args.replay)
+        return DemoApp(recording, source=f"replay {Path(args.replay).name}",
+                       start_round=args.round if interactive else None, autoplay=interactive)
+    from nanospec.decode import Bundle
+    from viz.live import LiveRun
+    from viz.settings import Settings
+
+    settings = Settings(**given)
+    settings.check()
+    if interactive:  # a second or two of silence otherwise, before the screen appears
+        print(f"nanospec: loading the models from {args.checkpoints}…", file=sys.stderr)
+    bundle = Bundle.load(args.checkpoints)
+    LiveRun(bundle, settings)  # the prompt must fit the model with this γ
+    return DemoApp(bundle=bundle, settings=settings, start_round=args.round if interactive else None,
+                   autoplay=interactive)
+
+
+def check_screenshot_path(path: str | Path) -> Path:
+    path = Path(path)
+    if path.suffix.lower() != ".svg":
+        raise UserError(f"--screenshot writes SVG; give a file name ending in .svg, "
+                        f"not {path.name!r}.")
+    if not path.parent.is_dir():
+        raise UserError(f"Cannot write {path}: the folder {path.parent} does not exist.")
+    return path
+
+
+def export_screenshot(app, path: str | Path, round_no: int | None,
+                      size: tuple[int, int] = SCREENSHOT_SIZE) -> Path:
+    """Run `app` headless until its run is recorded, show round N judged, write the SVG."""
+    from nanospec.fileio import atomic_write
+    from viz.playhead import Phase, at_phase
+
+    path = check_screenshot_path(path)
+    result: dict = {}
+
+    async def shoot(pilot) -> None:
+        try:
+            while not (app.done or app.error):
+                await pilot.pause(0.1)
+            if app.error:
+                raise UserError(app.error)
+            n = round_no or len(app.rounds)
+            if n > len(app.rounds):
+                raise UserError(f"--round {n}: this run has only {len(app.rounds)} rounds.")
+            app.playing = False
+            app.pos = at_phase(app.rounds, n - 1, Phase.EXTRA)
+            await pilot.pause()
+            result["svg"] = app.export_screenshot(title=f"nanospec demo · round {n}")
+        except UserError as e:
+            result["error"] = e
+        finally:
+            app.exit()
+
+    app.run(headless=True, size=size, auto_pilot=shoot)
+    if "error" in result:
+        raise result["error"]
+    if "svg" not in result:
+        raise RuntimeError("the demo app stopped before it could take the screenshot")
+    atomic_write(path, result["svg"])
+    return path
+
+
+def run_demo(args) -> None:
+    if args.screenshot is not None:
+        check_screenshot_path(args.screenshot)  # before loading any model
+    elif not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UserError("nanospec demo needs an interactive terminal; to export a screen "
+                        "instead, add --screenshot FILE.svg.")
+    app = build_app(args)
+    if args.screenshot is not None:
+        print(f"wrote {export_screenshot(app, args.screenshot, args.round)}")
+        return
+    # Our own loop, so that quitting mid-compile returns the terminal at once and says why the
+    # process lingers (a compile cannot be interrupted; its thread finishes, then we exit).
+    loop = asyncio.new_event_loop()
+    try:
+        app.run(loop=loop)
+    finally:
+        if app.in_flight:
+            print("nanospec: stopping; JAX is finishing the step it is compiling…", file=sys.stderr)
+        loop.close()

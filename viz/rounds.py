@@ -1,0 +1,201 @@
+"""Trace events -> `Round`s: one speculative round as plain Python values the UI can show.
+Also reading a trace file for replay, and saving one.
+
+The speculative loop's events (nanospec/trace.py, schema 1) are flat: draft, draft, ..., verify,
+accept, reject, discard, ..., resample-or-bonus, round_end. This file groups one round's events
+into a `Round` and checks that a recorded trace makes sense, so a bad file is one clear
+`UserError` before the UI opens, never a traceback in the middle of an animation.
+
+Worked example (γ = 3, the draft proposed ' Paris', ' and', ' the'):
+
+    draft ×3 -> verify -> accept ' Paris', reject ' and', discard ' the' -> resample ' is'
+    Round(accepted=1, judged=2, extra=Extra("resample", ' is', ...), emitted_text=" Paris is")
+
+What this file deliberately leaves out: rows other than row 0 (the visualiser follows one
+sequence; `nanospec generate --num-samples` traces still replay, showing their first row).
+"""
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from nanospec.errors import UserError
+from nanospec.trace import read_jsonl, run_end, write_jsonl
+
+JUDGED = ("accept", "reject", "discard")
+
+
+@dataclass(frozen=True)
+class Draft:
+    index: int  # 1..γ
+    token: int
+    text: str
+    q: float  # q(x): the law the draft sampled this token from
+    q_top: tuple  # ((id, text, prob), ...) the draft's most likely tokens at this position
+
+
+@dataclass(frozen=True)
+class Judgement:
+    kind: str  # "accept" | "reject" | "discard"
+    p: float | None  # p(x) under the target (None for a discarded draft: never judged)
+    u: float | None  # the uniform draw; accept iff u < p/q
+    ratio: float | None  # p(x) / q(x)
+
+
+@dataclass(frozen=True)
+class Extra:
+    kind: str  # "resample" (drawn from the residual) | "bonus" (drawn from p_{γ+1})
+    token: int
+    text: str
+    p: float  # its probability under the law it was drawn from
+    top: tuple  # that law's most likely tokens
+
+
+@dataclass(frozen=True)
+class Round:
+    index: int  # 0-based round number
+    drafts: tuple[Draft, ...]  # γ proposals
+    p: tuple[float, ...]  # p(x₁) .. p(x_γ): the target's probability of each draft
+    p_top: tuple  # γ+1 lists: the target's most likely tokens at each verified position
+    judgements: tuple[Judgement, ...]  # one per draft
+    extra: Extra  # the one token the target adds every round
+    accepted: int  # n: drafts accepted this round
+    emitted: tuple[int, ...]  # tokens committed (n + 1, cut short by EOS or the length limit)
+    emitted_text: str
+    draft_ms: float
+    verify_ms: float
+    events: tuple  # the raw events, for summarize() and for saving the trace
+
+    @property
+    def gamma(self) -> int:
+        return len(self.drafts)
+
+    @property
+    def judged(self) -> int:
+        """Drafts the verify rule looked at: the accepted ones and the first rejection."""
+        return min(self.accepted + 1, self.gamma)
+
+    @property
+    def cut_short(self) -> bool:
+        """True when EOS or the length limit kept fewer tokens than were accepted + 1."""
+        return len(self.emitted) < self.accepted + 1
+
+
+def _top(lst) -> tuple:
+    return tuple((int(i), str(t), float(p)) for i, t, p in lst)
+
+
+def _is(value, kind) -> bool:
+    """JSON's types: a float field may hold an int; a bool is never a number."""
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, (int, float) if kind is float else kind)
+
+
+def _maybe(x) -> float | None:
+    return None if x is None else float(x)
+
+
+def _one(by_type: dict, *kinds: str) -> dict:
+    found = [e for k in kinds for e in by_type.get(k, [])]
+    if len(found) != 1:
+        raise ValueError(f"expected one {' or '.join(kinds)} event, found {len(found)}")
+    return found[0]
+
+
+def round_from_events(events: list[dict]) -> Round:
+    """One round's events (one row, in the order events_from_step writes them) -> a Round."""
+    by_type: dict[str, list[dict]] = {}
+    for e in events:
+        by_type.setdefault(e["type"], []).append(e)
+    drafts = sorted(by_type.get("draft", []), key=lambda e: e["index"])
+    judged = sorted((e for t in JUDGED for e in by_type.get(t, [])), key=lambda e: e["index"])
+    verify = _one(by_type, "verify")
+    extra = _one(by_type, "resample", "bonus")
+    end = _one(by_type, "round_end")
+    g = len(drafts)
+    consistent = (g and len(judged) == g and len(verify["p"]) == g and len(verify["p_top"]) == g + 1
+                  and _is(end["drafted"], int) and end["drafted"] == g)
+    if not consistent:
+        raise ValueError("draft, verify, judgement and round_end events disagree about γ")
+    if not _is(end["accepted"], int) or not 0 <= end["accepted"] <= g:
+        raise ValueError(f"round_end says {end['accepted']!r} drafts were accepted")
+    return Round(
+        index=int(end["round"]),
+        drafts=tuple(Draft(int(e["index"]), int(e["token"]), str(e["text"]), float(e["q"]),
+                           _top(e["q_top"])) for e in drafts),
+        p=tuple(float(x) for x in verify["p"]),
+        p_top=tuple(_top(lst) for lst in verify["p_top"]),
+        judgements=tuple(Judgement(e["type"], _maybe(e.get("p")), _maybe(e.get("u")),
+                                   _maybe(e.get("ratio"))) for e in judged),
+        extra=Extra(extra["type"], int(extra["token"]), str(extra["text"]), float(extra["p"]),
+                    _top(extra["top"])),
+        accepted=int(end["accepted"]),
+        emitted=tuple(int(t) for t in end["emitted"]),
+        emitted_text=str(end["emitted_text"]),
+        draft_ms=float(end["draft_ms"]),
+        verify_ms=float(end["verify_ms"]),
+        events=tuple(events))
+
+
+@dataclass
+class Recording:
+    """A whole run: its run_start event and the rounds recorded so far (they grow when live)."""
+
+    start: dict
+    rounds: list[Round]
+
+    def events(self) -> list[dict]:
+        """Every event, in the order a trace file stores them (run_end is added on save)."""
+        return [self.start] + [e for r in self.rounds for e in r.events]
+
+
+def recording_from_events(events: list[dict], where: str = "the trace") -> Recording:
+    """A complete trace -> a Recording; anything malformed or cut short is one UserError."""
+    start = dict(events[0])
+    kinds = {"prompt": str, "method": str, "gamma": int, "temperature": float, "top_k": int,
+             "top_p": float, "seed": int}
+    for field, kind in kinds.items():
+        if field not in start:
+            raise UserError(f"{where}: its run_start event lacks {field!r}; is it a nanospec trace?")
+        if not _is(start[field], kind):
+            raise UserError(f"{where}: its run_start event has {field} = {start[field]!r}.")
+    if events[-1].get("type") != "run_end":
+        raise UserError(f"{where} has no run_end event at its end: it looks truncated.")
+    groups: dict[int, list[dict]] = {}
+    for n, e in enumerate(events[1:-1], 2):
+        if e.get("row", 0) == 0 and "round" in e:
+            if not isinstance(e["round"], int) or e["round"] < 0:
+                raise UserError(f"{where}: event {n} has round {e['round']!r}, not a round number.")
+            groups.setdefault(e["round"], []).append(e)
+    rounds = []
+    for r, evs in sorted(groups.items()):
+        try:
+            rounds.append(round_from_events(evs))
+        except (KeyError, TypeError, ValueError) as err:
+            detail = f"missing {err}" if isinstance(err, KeyError) else str(err) or "malformed"
+            problem = f"{where}: round {r + 1} is incomplete or malformed ({detail})."
+            raise UserError(problem) from None
+    if not rounds:
+        raise UserError(f"{where} holds no rounds: nothing to replay.")
+    if [r.index for r in rounds] != list(range(len(rounds))):
+        raise UserError(f"{where}: its rounds are not numbered 1..{len(rounds)}; rounds are missing.")
+    return Recording(start, rounds)
+
+
+def load_recording(path) -> Recording:
+    """Read a trace file written by `nanospec generate --trace` or by the demo's save key."""
+    return recording_from_events(read_jsonl(path), where=str(path))
+
+
+def save_recording(recording: Recording, folder: Path) -> Path:
+    """Write the recording as a trace (run_end added) to a new time-stamped file in `folder`."""
+    events = recording.events()
+    events.append(run_end(events))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path, n = Path(folder) / f"nanospec-trace-{stamp}.jsonl", 1
+    while path.exists():  # two saves in one second keep both
+        n += 1
+        path = Path(folder) / f"nanospec-trace-{stamp}-{n}.jsonl"
+    write_jsonl(path, events)
+    return path
