@@ -1,0 +1,56 @@
+"""The benchmark runs end to end on a tiny model and reports every column; it asserts no times."""
+
+import doctest
+import json
+
+import pytest
+from flax import nnx
+
+import nanospec.bench
+from nanospec.bench import expected_tokens, iid_acceptance, run_bench
+from nanospec.decode import Bundle
+from nanospec.errors import UserError
+from nanospec.model import GPT, ModelConfig
+
+
+def test_doctests():
+    assert doctest.testmod(nanospec.bench).failed == 0
+
+
+def test_expected_tokens_per_round():
+    assert expected_tokens(0.0, 4) == 1.0  # only the residual token
+    assert expected_tokens(1.0, 4) == 5.0  # all four drafts and the bonus
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
+
+
+def test_iid_acceptance_ignores_discarded_drafts():
+    # γ = 3: rounds accepted 1, 1 and 3 drafts; rejections 2; accepted 5 -> α = 5/7
+    assert iid_acceptance([0, 2, 0, 1]) == pytest.approx(5 / 7)
+
+
+@pytest.fixture(scope="module")
+def bundle(tiny_tokenizer):
+    """Tiny untrained models with the shipped context length, so workload prompts fit."""
+    def tiny(name, seed):
+        cfg = ModelConfig.tiny(vocab_size=tiny_tokenizer.vocab_size, n_ctx=256)
+        cfg = ModelConfig.from_dict({**cfg.to_dict(), "name": name})
+        return (cfg, *nnx.split(GPT(cfg, nnx.Rngs(seed))))
+    return Bundle(tiny_tokenizer, {"target": tiny("target", 0), "draft": tiny("draft", 1)})
+
+
+def test_bench_reports_every_column_and_writes_json(bundle, tmp_path):
+    out = tmp_path / "bench.json"
+    report = run_bench(bundle, ("ar", "draft"), (1, 2), tokens=4, repeats=1, n_prompts=2,
+                       json_path=str(out))
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    assert [r["gamma"] for r in report["rows"]] == [1, 2]
+    for r in report["rows"]:
+        for key in ("acceptance_rate", "alpha", "c", "verify_over_ar", "predicted_decode_speedup",
+                    "predicted_speedup", "measured_speedup", "efficiency"):
+            assert r[key] == r[key] and r[key] >= 0, key  # a number, not NaN
+    assert report["best"]["gamma"] in (1, 2)
+
+
+def test_a_prompt_too_long_for_the_context_is_a_user_error(tiny_ckpt_dir):
+    with pytest.raises(UserError, match="context"):  # the tiny checkpoints hold only 64 tokens
+        run_bench(Bundle.load(tiny_ckpt_dir), ("ar", "draft"), (2,), tokens=4, repeats=1, n_prompts=1)
