@@ -34,6 +34,7 @@ retrain: $(VENV)/.installed
 	$(BIN)/nanospec train tokenizer
 	$(BIN)/nanospec train target --no-resume
 	$(BIN)/nanospec train draft --no-resume
+	$(BIN)/nanospec train heads
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -4,7 +4,10 @@ For every γ it reports (DESIGN §6):
 
     α      per-draft acceptance probability on the workload (i.i.d. estimate from the loop's
            own counters; the draft acceptance rate, accepted / drafted, is reported beside it)
-    c      T_draft / T_ar: per-token decode cost of the draft over the target's
+    c      T_draft / T_ar: per-drafted-token cost of the drafter over a target decode step,
+           measured on the drafter's whole round (propose + commit, e.g. EAGLE's re-read of
+           the accepted features) in place, interleaved with target passes (round_probe),
+           divided by γ — so a drafter of any kind is measured alike
     r      T_verify(γ+1) / T_ar: one target pass over γ+1 tokens, over a one-token pass
     E      expected tokens per round, (1 − α^{γ+1}) / (1 − α)
     pred decode   E / (γ·c + r): DESIGN §6's speedup of the decode phase alone
@@ -13,6 +16,11 @@ For every γ it reports (DESIGN §6):
                   include each prompt's prefill, so the prediction must too
     measured      autoregressive time / speculative time for the same prompts and tokens
     meas/pred     the loop's efficiency (overheads, host syncs, recompiles would show here)
+    τ/cost        mean acceptance length per unit of draft cost, τ / (γ·c): tokens a round
+                  yields per target-step's worth of drafting (the draft's bang for its buck)
+    extra         what the method adds beside the target: parameters (heads reuse the target's
+                  embedding and output layer, which are not counted) and memory (those
+                  parameters in float32 plus the drafter's per-row state, e.g. its KV cache)
 
 Method: every program is compiled and warmed up first; then `repeats` rounds time every method
 on every workload prompt (batch 1, EOS disabled so each run decodes exactly `tokens` tokens),
@@ -26,8 +34,6 @@ What this file deliberately leaves out: asserting anything about time (tests nev
 
 import json
 import platform
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -36,60 +42,14 @@ from rich.table import Table
 
 from nanospec.fileio import atomic_write
 from nanospec.generate import _generate, pad_prompts
-from nanospec.cache import init_cache, rollback
-from nanospec.model import forward
-from nanospec.sampling import GREEDY, SamplingParams
+from nanospec.model import ModelConfig
+from nanospec.probes import (FORWARD_CALLS, decode_probe, extra_cost, forward_probe,
+                             interleaved_medians, round_probe)
+from nanospec.sampling import SamplingParams
 from nanospec.speculative import _fused, check_room
+from nanospec.tree_speculative import _fused_tree, check_tree
 from nanospec.trace import metrics
 from nanospec.workloads import workload_prompts
-
-
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn())
-    return time.perf_counter() - t0
-
-
-def interleaved_medians(probes: dict, repeats: int) -> dict:
-    """Median seconds of every probe, timed round-robin so noise hits all of them alike."""
-    for fn in probes.values():  # compile and warm up
-        jax.block_until_ready(fn())
-    samples: dict = {k: [] for k in probes}
-    for _ in range(repeats):
-        for k, fn in probes.items():
-            samples[k].append(_timed(fn))
-    return {k: statistics.median(v) for k, v in samples.items()}
-
-
-def decode_probe(model, prompt: list[int], n: int):
-    """Prefill + n greedy decode steps at batch 1 (EOS disabled): the autoregressive loop."""
-    cfg, g, p = model
-    tokens, lengths = pad_prompts([prompt], cfg.n_ctx)
-    return lambda: _generate(g, p, cfg, tokens, lengths, jax.random.key(0), GREEDY, jnp.int32(n), -1)
-
-
-FORWARD_CALLS = 32
-
-
-def forward_probe(model, block: int, context: int = 64):
-    """FORWARD_CALLS cached forward passes over `block` tokens, `context` tokens cached.
-
-    The cache is a traced argument carried through the loop (written, then rolled back), as in
-    the real loops — a cache baked in as a constant lets XLA precompute parts of attention.
-    """
-    cfg, g, p = model
-
-    @jax.jit
-    def loop(params, cache, tok):
-        def body(i, carry):  # each pass feeds on the previous pass's argmax: nothing to hoist
-            cache, tok = carry
-            logits, _, cache = forward(g, params, tok, context + jnp.arange(block)[None], cache)
-            return rollback(cache, cache.length - block), jnp.argmax(logits, -1).astype(jnp.int32)
-        return jax.lax.fori_loop(0, FORWARD_CALLS, body, (cache, tok))
-
-    cache = rollback(init_cache(cfg.n_layer, cfg.n_head, cfg.head_dim, 1, cfg.n_ctx), jnp.array([context]))
-    tok = jnp.zeros((1, block), jnp.int32)
-    return lambda: loop(p, cache, tok)
 
 
 def iid_acceptance(hist: list[int]) -> float:
@@ -113,9 +73,19 @@ def expected_tokens(alpha: float, gamma: int) -> float:
     return float(sum(alpha ** i for i in range(gamma + 1)))
 
 
+def method_gammas(bundle, method: str, gammas) -> list[int]:
+    """The γ values a method can run: heads draft at most one token per head."""
+    drafter, _ = bundle.drafter(method)
+    most = getattr(drafter, "max_gamma", max(gammas))
+    return [gm for gm in gammas if gm <= most]
+
+
 def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperature: float = 0.0,
               workload: str = "facts", tokens: int = 64, repeats: int = 3, n_prompts: int = 8,
-              seed: int = 0, json_path: str | None = None, console: Console | None = None) -> dict:
+              seed: int = 0, json_path: str | None = None, console: Console | None = None,
+              trees: dict | None = None) -> dict:
+    """`trees` ({label: Tree}) adds a token-tree run (top-k siblings) for every method that
+    grows trees; those rows report acceptance and measured speedup (no cost model)."""
     console = console or Console()
     tok = bundle.tok
     target = bundle.models["target"]
@@ -123,10 +93,10 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
     sp = SamplingParams.make(temperature)
     prompts = [pad_prompts([tok.encode_prompt(t)], cfg.n_ctx) for t in workload_prompts(workload, n_prompts)]
     spec_methods = [m for m in methods if m != "ar"]
-    for m in spec_methods:
-        for gamma in gammas:
-            for _, lengths in prompts:
-                check_room(cfg, lengths, tokens, gamma)
+    runs = [(m, gm) for m in spec_methods for gm in method_gammas(bundle, m, gammas)]
+    for _, gm in runs:
+        for _, lengths in prompts:
+            check_room(cfg, lengths, tokens, gm)
 
     def ar_run(tokens_, lengths, key):
         return _generate(g, p, cfg, tokens_, lengths, key, sp, jnp.int32(tokens), -1)
@@ -136,68 +106,95 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
         return lambda tk, ln, key: _fused(g, p, cfg, drafter, dparams, tk, ln, key, sp,
                                           jnp.int32(tokens), -1, gamma)
 
+    def tree_run(method, label):
+        drafter, dparams = bundle.drafter(method)
+        return lambda tk, ln, key: _fused_tree(g, p, cfg, drafter, dparams, tk, ln, key, sp,
+                                               jnp.int32(tokens), -1, trees[label], True)
+
+    tree_runs = []
+    for label, tree in (trees or {}).items():
+        for m in spec_methods:
+            drafter, _ = bundle.drafter(m)
+            if hasattr(drafter, "propose_tree") and tree.max_depth <= getattr(drafter, "max_gamma", 99):
+                for _, lengths in prompts:
+                    check_tree(cfg, drafter, lengths, tokens, tree)
+                tree_runs.append((m, label))
     programs = {("ar", 0): ar_run}
-    programs.update({(m, gm): spec_run(m, gm) for m in spec_methods for gm in gammas})
+    programs.update({run: spec_run(*run) for run in runs})
+    programs.update({run: tree_run(*run) for run in tree_runs})
     hists: dict = {}
     with console.status("compiling, warming up, counting acceptances…"):
         for (m, gm), fn in programs.items():
             for i, (tk, ln) in enumerate(prompts):
                 state = jax.block_until_ready(fn(tk, ln, jax.random.key(seed + i)))
                 if m != "ar":
-                    hists[(m, gm)] = [a + b for a, b in zip(hists.get((m, gm), [0] * (gm + 1)),
-                                                             state.hist.sum(0).tolist())]
+                    h = state.hist.sum(0).tolist()
+                    hists[(m, gm)] = [a + b for a, b in zip(hists.get((m, gm), [0] * len(h)), h)]
     # Everything that is timed goes into one round-robin pool: the workload runs, the decode
-    # loops behind c, and the forward passes behind r.
+    # loops behind T_ar (and the draft model's prefill), the drafting rounds behind c, and the
+    # forward passes behind r.
     probes = {k: (lambda fn=fn: [fn(tk, ln, jax.random.key(seed + i)) for i, (tk, ln) in enumerate(prompts)])
               for k, fn in programs.items()}
     probe_prompt = tok.encode_prompt(workload_prompts(workload, 1)[0])
-    for name, model in bundle.models.items():
+    models = {name: m for name, m in bundle.models.items() if isinstance(m[0], ModelConfig)}
+    for name, model in models.items():
         for n in (1, tokens):
             probes[("decode", name, n)] = decode_probe(model, probe_prompt, n)
-    for block in {1} | {gm + 1 for gm in gammas}:
+    for m, gm in runs:
+        probes[("round", m, gm)] = round_probe(target, *bundle.drafter(m), probe_prompt, gm, sp)
+    for block in {1} | {gm + 1 for _, gm in runs}:
         probes[("forward", block)] = forward_probe(target, block)
     with console.status("timing…"):
         med = interleaved_medians(probes, repeats)
     step = {name: max(med[("decode", name, tokens)] - med[("decode", name, 1)], 1e-9) / (tokens - 1)
-            for name in bundle.models}  # seconds per decode step: prefill cancels out
+            for name in models}  # seconds per decode step: prefill cancels out
     t_ar = step["target"]
-    t_draft = {name: t for name, t in step.items() if name != "target"}
     fwd1 = med[("forward", 1)]
-    fwd = {gm: med[("forward", gm + 1)] for gm in gammas}
     times = {k: med[k] for k in programs}
 
     ar_time = times[("ar", 0)]
     n_total = tokens * len(prompts)
     # What the autoregressive runs spent outside decode steps (prefill, dispatch): speculation
-    # pays it too, plus the draft's own prefill, so an end-to-end prediction must include it.
-    prefill = max(ar_time - n_total * t_ar, 0.0)
+    # pays it too, plus the draft model's own prefill, so an end-to-end prediction must include it.
+    prefill_s = max(ar_time - n_total * t_ar, 0.0)
     draft_prefill = {name: len(prompts) * max(med[("decode", name, 1)] - step[name], 0.0)
-                     for name in t_draft}
+                     for name in models if name != "target"}
     rows = []
-    for m in spec_methods:
-        for gm in gammas:
-            mt = metrics(hists[(m, gm)], generated=n_total)
-            alpha = iid_acceptance(hists[(m, gm)])
-            c = t_draft.get(m, 0.0) / t_ar
-            r = fwd[gm] / fwd1
-            e = expected_tokens(alpha, gm)
-            round_time = gm * t_draft.get(m, 0.0) + r * t_ar
-            predicted_time = prefill + draft_prefill.get(m, 0.0) + n_total / e * round_time
-            pred = ar_time / predicted_time
-            meas = ar_time / times[(m, gm)]
-            rows.append({"method": m, "gamma": gm, "alpha": alpha,
-                         "acceptance_rate": mt["acceptance_rate"],
-                         "mean_acceptance_length": mt["mean_acceptance_length"], "c": c,
-                         "verify_over_ar": r, "expected_tokens_per_round": e,
-                         "predicted_decode_speedup": e / (gm * c + r),
-                         "predicted_speedup": pred, "measured_speedup": meas,
-                         "efficiency": meas / pred, "seconds": times[(m, gm)]})
+    for m, gm in runs:
+        mt = metrics(hists[(m, gm)], generated=n_total)
+        alpha = iid_acceptance(hists[(m, gm)])
+        # seconds of drafting per round: rounds with the target pass, minus the pass alone
+        draft_round = max(med[("round", m, gm)] - med[("forward", gm + 1)], 0.0) / FORWARD_CALLS
+        c = draft_round / (gm * t_ar)
+        r = med[("forward", gm + 1)] / fwd1
+        e = expected_tokens(alpha, gm)
+        predicted_time = prefill_s + draft_prefill.get(m, 0.0) + n_total / e * (draft_round + r * t_ar)
+        pred = ar_time / predicted_time
+        meas = ar_time / times[(m, gm)]
+        rows.append({"method": m, "gamma": gm, "alpha": alpha,
+                     "acceptance_rate": mt["acceptance_rate"],
+                     "mean_acceptance_length": mt["mean_acceptance_length"], "c": c,
+                     # None when drafting costs less than the timing noise (prompt lookup)
+                     "tau_per_draft_cost": mt["mean_acceptance_length"] / (gm * c) if c > 0 else None,
+                     "verify_over_ar": r, "expected_tokens_per_round": e,
+                     "predicted_decode_speedup": e / (gm * c + r),
+                     "predicted_speedup": pred, "measured_speedup": meas,
+                     "efficiency": meas / pred, "seconds": times[(m, gm)],
+                     **extra_cost(bundle, m, gm)})
+    for m, label in tree_runs:
+        mt = metrics(hists[(m, label)], generated=n_total)
+        rows.append({"method": m, "gamma": f"tree {label}", "tree_nodes": trees[label].size,
+                     "alpha": iid_acceptance(hists[(m, label)]),
+                     "acceptance_rate": mt["acceptance_rate"],
+                     "mean_acceptance_length": mt["mean_acceptance_length"],
+                     "measured_speedup": ar_time / times[(m, label)],
+                     "seconds": times[(m, label)], **extra_cost(bundle, m, trees[label].max_depth)})
     best = max(rows, key=lambda x: x["measured_speedup"]) if rows else None
     report = {"benchmark": "speculative", "workload": workload, "prompts": len(prompts),
               "tokens_per_prompt": tokens, "temperature": temperature, "repeats": repeats,
               "ar": {"seconds": ar_time, "tokens_per_second": n_total / ar_time,
-                     "decode_ms_per_token": t_ar * 1e3, "prefill_seconds": prefill},
-              "draft_decode_ms_per_token": {m: t * 1e3 for m, t in t_draft.items()},
+                     "decode_ms_per_token": t_ar * 1e3, "prefill_seconds": prefill_s},
+              "draft_model_decode_ms_per_token": {name: step[name] * 1e3 for name in draft_prefill},
               "rows": rows, "best": best,
               "machine": {"platform": jax.devices()[0].platform, "cpu": platform.processor() or
                           platform.machine(), "jax": jax.__version__}}
@@ -212,20 +209,23 @@ def _print(console: Console, report: dict) -> None:
     table = Table(title=f"{report['workload']} workload, T = {report['temperature']}, "
                         f"{report['prompts']} prompts × {report['tokens_per_prompt']} tokens, "
                         f"median of {report['repeats']}")
-    for col in ("method", "γ", "accept rate", "α", "tok/round", "c", "r", "E", "pred decode",
-                "predicted", "measured", "meas/pred"):
+    for col in ("method", "γ", "accept rate", "α", "tok/round", "c", "τ/cost", "r", "E",
+                "pred decode", "predicted", "measured", "meas/pred", "extra params", "extra MB"):
         table.add_column(col, justify="left" if col == "method" else "right")
-    table.add_row("ar", "–", "–", "–", "1.00", "–", "1.00", "1.00", "1.00×", "1.00×", "1.00×", "–")
+    table.add_row("ar", "–", "–", "–", "1.00", "–", "–", "1.00", "1.00", "1.00×", "1.00×", "1.00×",
+                  "–", "0", "0")
     for r in report["rows"]:
-        table.add_row(r["method"], str(r["gamma"]), f"{r['acceptance_rate']:.2f}", f"{r['alpha']:.2f}",
-                      f"{r['mean_acceptance_length']:.2f}", f"{r['c']:.3f}", f"{r['verify_over_ar']:.2f}",
-                      f"{r['expected_tokens_per_round']:.2f}", f"{r['predicted_decode_speedup']:.2f}×",
-                      f"{r['predicted_speedup']:.2f}×",
-                      f"{r['measured_speedup']:.2f}×", f"{r['efficiency']:.2f}")
+        fmt = lambda key, spec, unit="": (format(r[key], spec) + unit) if r.get(key) is not None else "–"
+        table.add_row(r["method"], str(r["gamma"]), fmt("acceptance_rate", ".2f"), fmt("alpha", ".2f"),
+                      fmt("mean_acceptance_length", ".2f"), fmt("c", ".3f"),
+                      fmt("tau_per_draft_cost", ".1f"), fmt("verify_over_ar", ".2f"),
+                      fmt("expected_tokens_per_round", ".2f"), fmt("predicted_decode_speedup", ".2f", "×"),
+                      fmt("predicted_speedup", ".2f", "×"), fmt("measured_speedup", ".2f", "×"),
+                      fmt("efficiency", ".2f"), fmt("extra_params", ","), fmt("extra_memory_mb", ".2f"))
     console.print(table)
     console.print(f"autoregressive: {ar['tokens_per_second']:.0f} tokens/s end to end; decode step "
                   f"{ar['decode_ms_per_token']:.3f} ms ({1e3 / ar['decode_ms_per_token']:.0f} tokens/s)")
-    for name, ms in report["draft_decode_ms_per_token"].items():
+    for name, ms in report["draft_model_decode_ms_per_token"].items():
         console.print(f"{name} model alone: decode step {ms:.3f} ms ({1e3 / ms:.0f} tokens/s), "
                       f"c = {ms / ar['decode_ms_per_token']:.3f} of the target's")
     if report["best"]:

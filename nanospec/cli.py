@@ -60,16 +60,17 @@ def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
 
 
 def cmd_generate(args) -> None:
-    from nanospec.decode import Bundle, decode
+    from nanospec.decode import Bundle, decode, needs
     from nanospec.trace import write_jsonl
 
     check_sampling(args.temperature, args.top_k, args.top_p)
-    names = ["target"] if args.method == "ar" else ["target", args.method]
-    bundle = Bundle.load(args.checkpoints, names)
-    result = decode(bundle, args.prompt, method=args.method, gamma=args.gamma,
+    tree = parse_tree(args)
+    bundle = Bundle.load(args.checkpoints, needs(args.method))
+    result = decode(bundle, args.prompt, method=args.method, gamma=args.gamma or 4,
                     temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                     seed=args.seed, max_new=args.max_new_tokens, num_samples=args.num_samples,
-                    with_events=bool(args.trace or args.show))
+                    with_events=bool(args.trace or args.show), tree=tree,
+                    top=args.siblings != "sample")
     if args.trace:
         write_jsonl(args.trace, result.events)
     if args.json:
@@ -102,10 +103,42 @@ def cmd_generate(args) -> None:
     console.print(f"[dim]{line}[/dim]")
 
 
+def parse_tree(args):
+    """--tree 3,2,1 -> Tree.from_branching((3, 2, 1)); None without --tree."""
+    if args.tree is None:
+        if args.siblings is not None:
+            raise UserError("--siblings chooses how a token tree's siblings are drafted; "
+                            "it needs --tree.")
+        return None
+    if args.gamma is not None:
+        raise UserError("--tree sets how deep drafting goes (one width per level); drop --gamma.")
+    from nanospec.tree import Tree
+    widths = _int_list(args.tree, "--tree", 1, 16)
+    try:
+        return Tree.from_branching(widths)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
 def cmd_train(args) -> None:
     from nanospec.train import TrainConfig, train, train_tokenizer
 
     command = "nanospec " + shlex.join(sys.argv[1:])
+    if args.what == "heads":
+        from nanospec.train_heads import HeadsTrainConfig, acceptance_probe, train_heads
+        hc = HeadsTrainConfig() if args.steps is None else HeadsTrainConfig(steps=args.steps)
+        kinds = [k.strip() for k in (args.kinds or "medusa,eagle,mtp").split(",") if k.strip()]
+        if not kinds or any(k not in ("medusa", "eagle", "mtp") for k in kinds):
+            raise UserError(f"--kinds takes a comma-separated list of medusa, eagle, mtp; "
+                            f"got {args.kinds!r}.")
+        infos = train_heads(args.checkpoints, hc, command=command, kinds=kinds,
+                            evaluate=lambda kind: acceptance_probe(args.checkpoints, kind))
+        for kind, info in infos.items():
+            acc = info["acceptance_on_validation"]
+            print(f"{kind}: {info['params']:,} params, val loss {info['final_val_loss']:.3f}, "
+                  f"greedy γ={acc['gamma']} on fresh facts prompts: acceptance "
+                  f"{acc['acceptance_rate']:.0%}, {acc['mean_acceptance_length']:.2f} tokens/round")
+        return
     if args.what == "tokenizer":
         tok = train_tokenizer(args.checkpoints, args.vocab_size, command=command)
         print(f"tokenizer: {tok.vocab_size} tokens -> {Path(args.checkpoints) / 'tokenizer.json'}")
@@ -128,17 +161,36 @@ def cmd_eval(args) -> None:
 
 def cmd_bench(args) -> None:
     from nanospec.bench import run_bench
-    from nanospec.decode import METHODS, Bundle
+    from nanospec.decode import METHODS, Bundle, needs
+    from nanospec.fileio import atomic_write
+    from nanospec.workloads import WORKLOADS
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise UserError(f"--methods takes a comma-separated list of {', '.join(METHODS)}.")
+    workloads = list(WORKLOADS) if args.workload == "all" else [
+        w.strip() for w in args.workload.split(",") if w.strip()]
+    if not workloads or any(w not in WORKLOADS for w in workloads):
+        raise UserError(f"--workload takes 'all' or a comma-separated list of "
+                        f"{', '.join(WORKLOADS)}, got {args.workload!r}.")
     gammas = _int_list(args.gamma, "--gamma", 1, 32)
     check_sampling(args.temperature, 0, 1.0)
-    bundle = Bundle.load(args.checkpoints, ["target", "draft"])
-    run_bench(bundle, methods, gammas, temperature=args.temperature, workload=args.workload,
-              tokens=args.tokens, repeats=args.repeats, n_prompts=args.prompts, json_path=args.json)
+    bundle = Bundle.load(args.checkpoints, sorted({n for m in methods for n in needs(m)}))
+    trees = {}
+    for text in (args.tree or []):
+        from nanospec.tree import Tree
+        try:
+            trees[text] = Tree.from_branching(_int_list(text, "--tree", 1, 16))
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    reports = [run_bench(bundle, methods, gammas, temperature=args.temperature, workload=w,
+                         tokens=args.tokens, repeats=args.repeats, n_prompts=args.prompts,
+                         trees=trees)
+               for w in workloads]
+    if args.json:  # one workload: its report; several: {"reports": [...]}
+        out = reports[0] if len(reports) == 1 else {"reports": reports}
+        atomic_write(args.json, json.dumps(out, indent=2))
 
 
 def _int_list(text: str, flag: str, lo: int, hi: int) -> list[int]:
@@ -149,6 +201,13 @@ def _int_list(text: str, flag: str, lo: int, hi: int) -> list[int]:
     if not values or not all(lo <= v <= hi for v in values):
         raise UserError(f"{flag} values must be between {lo} and {hi}, got {text!r}.")
     return values
+
+
+# The methods as the CLI lists them (decode.METHODS is the same list; cli.py avoids importing
+# JAX just to build the parser).
+METHOD_HELP = {"ar": "autoregressive", "draft": "speculative with the draft model",
+               "ngram": "prompt lookup", "medusa": "Medusa heads", "eagle": "EAGLE head",
+               "mtp": "multi-token prediction heads"}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -174,17 +233,24 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float_arg, default=1.0, help="1 = off")
     g.add_argument("--seed", type=int_in(0), default=0)
     g.add_argument("--num-samples", type=int_in(1, 100_000), default=1)
-    g.add_argument("--method", choices=["ar", "draft"], default="ar",
-                   help="ar = autoregressive; draft = speculative with the draft model")
-    g.add_argument("--gamma", type=int_in(1, 32), default=4, help="drafted tokens per round")
+    g.add_argument("--method", choices=list(METHOD_HELP), default="ar",
+                   help="; ".join(f"{k} = {v}" for k, v in METHOD_HELP.items()))
+    g.add_argument("--gamma", type=int_in(1, 32), default=None,
+                   help="drafted tokens per round (default 4)")
+    g.add_argument("--tree", default=None, metavar="WIDTHS",
+                   help="draft a token tree instead: children per node at each depth, e.g. 3,2,1")
+    g.add_argument("--siblings", choices=["top", "sample"], default=None,
+                   help="tree siblings: the drafter's top-k tokens (default) or i.i.d. samples")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.add_argument("--trace", default=None, metavar="FILE.jsonl", help="write every round's events")
     g.add_argument("--show", action="store_true", help="print the rounds in colour")
     g.set_defaults(func=cmd_generate)
 
     t = sub.add_parser("train", help="train the tokenizer or a model from scratch")
-    t.add_argument("what", choices=["tokenizer", "target", "draft"])
+    t.add_argument("what", choices=["tokenizer", "target", "draft", "heads"],
+                   help="heads = Medusa, EAGLE and MTP heads on the shipped target")
     t.add_argument("--steps", type=int_in(1), default=None)
+    t.add_argument("--kinds", default=None, help="heads only: which to train (default all)")
     t.add_argument("--vocab-size", type=int_in(257, 65536), default=2048)
     t.add_argument("--work-dir", default="runs", help="resumable training state")
     t.add_argument("--no-resume", action="store_true")
@@ -196,13 +262,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_eval)
 
     b = sub.add_parser("bench", help="measure speculative speedups (prints a table, writes JSON)")
-    b.add_argument("--methods", default="ar,draft", help="comma-separated: ar,draft")
+    b.add_argument("--methods", default="ar,draft", help="comma-separated: " + ",".join(METHOD_HELP))
     b.add_argument("--gamma", default="1,2,4,6,8", help="comma-separated γ values")
     b.add_argument("--temperature", type=float_arg, default=0.0)
-    b.add_argument("--workload", choices=["facts", "repetitive", "code"], default="facts")
+    b.add_argument("--workload", default="facts",
+                   help="facts, repetitive, code, a comma-separated list, or all")
     b.add_argument("--tokens", type=int_in(2, 128), default=64, help="new tokens per prompt")
     b.add_argument("--prompts", type=int_in(1, 64), default=8)
     b.add_argument("--repeats", type=int_in(1, 100), default=3)
+    b.add_argument("--tree", action="append", default=None, metavar="WIDTHS",
+                   help="also time this token tree (top-k siblings), e.g. 3,2,1; repeatable")
     b.add_argument("--json", default=None, metavar="FILE", help="also write the report here")
     b.set_defaults(func=cmd_bench)
     # Other packages add subcommands through the "nanospec.commands" entry-point group (the

@@ -20,14 +20,23 @@ import jax.numpy as jnp
 import numpy as np
 
 from nanospec.checkpoint import load_models
-from nanospec.drafters import DraftModel
+from nanospec.drafters import DraftModel, PromptLookup
 from nanospec.errors import UserError
 from nanospec.generate import _generate, new_tokens, pad_prompts
 from nanospec.sampling import SamplingParams
 from nanospec.speculative import _fused, check_room, generated, speculative_rounds
 from nanospec.trace import events_from_step, metrics, run_end, run_start
+from nanospec.tree import Tree
+from nanospec.tree_speculative import _fused_tree, check_tree
 
-METHODS = ("ar", "draft")
+METHODS = ("ar", "draft", "ngram", "medusa", "eagle", "mtp")
+HEADS = ("medusa", "eagle", "mtp")  # drafters that sit on the target (heads.py)
+EVERYTHING = ("target", "draft") + HEADS  # every shipped model and head
+
+
+def needs(method: str) -> list[str]:
+    """The checkpoint files a method loads besides the tokenizer."""
+    return ["target"] + (["draft"] if method == "draft" else [method] if method in HEADS else [])
 
 
 @dataclass
@@ -39,14 +48,24 @@ class Bundle:
 
     @classmethod
     def load(cls, ckpt_dir, names=("target", "draft")) -> "Bundle":
-        tok, models = load_models(ckpt_dir, list(names))
+        """Load the named models and heads (`medusa`, `eagle`, `mtp` are heads)."""
+        from nanospec.heads import load_head
+        tok, models = load_models(ckpt_dir, [n for n in names if n not in HEADS])
+        models.update({n: load_head(ckpt_dir, n) for n in names if n in HEADS})
         return cls(tok, models)
 
     def drafter(self, method: str):
         """(drafter, its params) for a speculative method."""
+        from nanospec.feature_drafters import DRAFTERS
+        tcfg, tgraph, tparams = self.models["target"]
         if method == "draft":
             cfg, graphdef, params = self.models["draft"]
             return DraftModel(graphdef, cfg), params
+        if method == "ngram":
+            return PromptLookup(tcfg.vocab_size), ()
+        if method in HEADS:
+            hc, graphdef, params = self.models[method]
+            return DRAFTERS[method](graphdef, hc, tgraph), (params, tparams)
         raise UserError(f"Unknown method {method!r}; choose one of {', '.join(METHODS)}.")
 
 
@@ -60,9 +79,15 @@ class Result:
 
 def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-           max_new: int = 32, num_samples: int = 1, with_events: bool = False) -> Result:
+           max_new: int = 32, num_samples: int = 1, with_events: bool = False,
+           tree: Tree | None = None, top: bool = True) -> Result:
+    """`tree`: draft a token tree instead of a chain of γ (`top`: top-k siblings, else sampled);
+    trees run in the fused loop only, so they cannot be combined with `with_events`."""
     if method not in METHODS:
         raise UserError(f"Unknown method {method!r}; choose one of {', '.join(METHODS)}.")
+    if tree is not None and (method == "ar" or with_events):
+        raise UserError("A token tree needs a drafting method, and runs without traces "
+                        "(--trace and --show follow chains only).")
     tok = bundle.tok
     cfg, graphdef, params = bundle.models["target"]
     prompt_ids = tok.encode_prompt(prompt)
@@ -79,8 +104,21 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
             dict(params=params, tokens=tokens, lengths=lengths, key=key, sp=sp,
                  max_new=jnp.int32(max_new)))
         outs = new_tokens(state, lengths)
+    elif tree is not None:
+        drafter, dparams = bundle.drafter(method)
+        check_tree(cfg, drafter, lengths, max_new, tree)
+        stats.update({"tree": list(tree.parents), "tree_nodes": tree.size,
+                      "siblings": "top" if top else "sample"})
+        state, timing = _compiled_run(
+            _fused_tree, dict(graphdef=graphdef, cfg=cfg, drafter=drafter, eos_id=tok.eos_id,
+                              tree=tree, top=top),
+            dict(params=params, dparams=dparams, tokens=tokens, lengths=lengths, key=key, sp=sp,
+                 max_new=jnp.int32(max_new)))
+        outs = generated(state, lengths)
+        stats.update(metrics(np.asarray(state.hist).sum(0).tolist(), int(np.sum(state.n_new))))
     else:
         drafter, dparams = bundle.drafter(method)
+        check_gamma(drafter, gamma)
         check_room(cfg, lengths, max_new, gamma)
         stats["gamma"] = gamma
         if with_events:
@@ -111,6 +149,14 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
                   "tokens_per_second": round(n_new / max(timing["run_s"], 1e-9), 1)})
     texts = [tok.decode(t for t in o if t != tok.eos_id) for o in outs]
     return Result(texts, outs, stats, events)
+
+
+def check_gamma(drafter, gamma: int) -> None:
+    """Heads draft one token per head: γ cannot exceed how many they have."""
+    most = getattr(drafter, "max_gamma", None)
+    if most is not None and gamma > most:
+        raise UserError(f"{drafter.name} has {most} heads, so gamma can be at most {most}; "
+                        f"got {gamma}.")
 
 
 def _compiled_run(jitted, static: dict, dynamic: dict):

@@ -3,8 +3,9 @@
 Every drafter implements one small protocol (and is a frozen dataclass, so it is hashable and
 can be a static argument of jit; its weights travel separately as `dparams`):
 
-    init(dparams, tokens, lengths)                   -> dstate
-    propose(dparams, dstate, seq, length, key, sp, γ) -> drafts (B, γ), q (B, γ, V), dstate
+    init(dparams, tokens, lengths, hidden)                  -> dstate
+    propose(dparams, dstate, seq, length, key, sp, γ)        -> drafts (B, γ), q (B, γ, V), dstate
+    commit(dparams, dstate, hidden, emitted, start, length) -> dstate
 
 `seq` (B, S) holds the committed tokens, `length` (B,) how many per row. `q[b, i]` must be
 *exactly* the law drafts[b, i] was drawn from — the verify rule's exactness rests on it. A
@@ -12,8 +13,13 @@ deterministic drafter returns one-hot rows (a point mass). The drafter keeps wha
 likes (a KV cache, an index) and must cope with any number of its drafts being rejected: the
 committed `length` it is given next time is the truth.
 
-What this file deliberately leaves out (for now): trees of candidates, drafters that read the
-target's hidden features (EAGLE, Medusa) — they extend the same protocol.
+`hidden` is what the target computed: over the padded prompt at `init`, and over the verify
+block [last, x₁..x_γ] (positions start.., `emitted[j]` is the token appended at position
+start+1+j) at `commit`, after every round. The two drafters here ignore it; the heads in
+heads.py (Medusa, EAGLE, MTP) draft from it. Drafters that can also grow token trees add
+`propose_tree` and `commit_tree` (tree_speculative.py).
+
+This file: the separate draft model, and prompt lookup (n-gram matching, no model at all).
 """
 
 from dataclasses import dataclass
@@ -25,15 +31,20 @@ import jax.numpy as jnp
 from nanospec.cache import KVCache, init_cache, rollback
 from nanospec.model import ModelConfig, forward
 from nanospec.sampling import SamplingParams, sample_rows, sampling_probs
+from nanospec.tree import tree_positions
+from nanospec.tree_drafting import pick_children, plant, prefixed_mask
 
 
 class Drafter(Protocol):
     name: str
 
-    def init(self, dparams, tokens: jax.Array, lengths: jax.Array) -> Any: ...
+    def init(self, dparams, tokens: jax.Array, lengths: jax.Array, hidden: jax.Array) -> Any: ...
 
     def propose(self, dparams, dstate, seq: jax.Array, length: jax.Array, key: jax.Array,
                 sp: SamplingParams, gamma: int) -> tuple[jax.Array, jax.Array, Any]: ...
+
+    def commit(self, dparams, dstate, hidden: jax.Array, emitted: jax.Array, start: jax.Array,
+               length: jax.Array) -> Any: ...
 
 
 def take_rows(seq: jax.Array, start: jax.Array, width: int) -> jax.Array:
@@ -56,7 +67,7 @@ class DraftModel:
     cfg: ModelConfig
     name: str = "draft"
 
-    def init(self, dparams, tokens, lengths) -> KVCache:
+    def init(self, dparams, tokens, lengths, hidden=None) -> KVCache:
         c = self.cfg
         B, Lb = tokens.shape
         cache = init_cache(c.n_layer, c.n_head, c.head_dim, B, c.n_ctx)
@@ -86,3 +97,88 @@ class DraftModel:
         drafts = jnp.concatenate([x1[:, None], xs.T], axis=1)  # (B, γ)
         q = jnp.concatenate([q1[:, None], jnp.moveaxis(qs, 0, 1)], axis=1)  # (B, γ, V)
         return drafts, q, cache
+
+    def commit(self, dparams, cache, hidden, emitted, start, length) -> KVCache:
+        return cache  # it re-reads the committed tail itself at the next propose
+
+    def propose_tree(self, dparams, cache, seq, length, key, sp, tree, top):
+        """Grow `tree` (tree_drafting.py): one pass over [second-last, root, nodes] per depth.
+
+        Each pass sees the tree grown so far through the ancestor mask; nodes not yet filled
+        hold junk that no filled node can see. The cache comes back holding every committed
+        token; the tree's nodes lie beyond, in node order, until `commit_tree`.
+        """
+        grown = plant(seq, length, tree, self.cfg.vocab_size)
+        cache = rollback(cache, length - 2)
+        prev = take_rows(seq, length - 2, 1)  # (B, 1)
+        positions = jnp.concatenate([(length - 2)[:, None], tree_positions(length - 1, tree)], 1)
+        mask = prefixed_mask(tree, 1)  # (N+1, N+1)
+        written = cache
+        for d in range(1, tree.max_depth + 1):
+            logits, _, written = forward(self.graphdef, dparams, jnp.concatenate([prev, grown.tokens], 1),
+                                         positions, cache, block_mask=mask)
+            q_nodes = sampling_probs(logits[:, 1:], sp)  # (B, N, V): the law after each node
+            grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
+        return grown.tokens, grown.node_q, rollback(written, length)
+
+    def commit_tree(self, dparams, cache, hidden, emitted, start, length) -> KVCache:
+        """Re-read the emitted tokens (positions start+1..) over the tree's slots, then restore
+        the invariant: every committed token but the last two."""
+        W = emitted.shape[1]
+        positions = (start + 1)[:, None] + jnp.arange(W)  # (B, W)
+        _, _, cache = forward(self.graphdef, dparams, emitted, positions, rollback(cache, start + 1))
+        return rollback(cache, length - 2)
+
+
+def lookup(seq: jax.Array, length: jax.Array, gamma: int, max_ngram: int, min_ngram: int):
+    """Prompt lookup for one row: find the latest earlier occurrence of the last n tokens
+    (n = max_ngram, then shorter) and propose the γ tokens that followed it.
+
+    seq (S,), length (): returns (drafts (γ,), n_matched ()), n_matched = 0 when nothing matched.
+
+    Example: committed "a b c a b" (length 5), n = 2 -> suffix "a b" also ends at index 1;
+    what followed was "c a b", so the drafts are [c, a, b, c, ...]. The continuation runs up to
+    the present and then wraps with the period of the match (here 3): a repeating pattern keeps
+    repeating, and the drafts never read past the committed tokens.
+    """
+    S = seq.shape[0]
+    ends = jnp.arange(S)  # candidate end index j of an earlier occurrence
+    best_end, best_n = length - 2, jnp.int32(0)  # fallback: repeat the last token
+    for n in range(min_ngram, max_ngram + 1):  # longer n overrides shorter: loop upwards
+        ok = (ends >= n - 1) & (ends <= length - 2)
+        for i in range(n):  # seq[j - i] == seq[length - 1 - i] for every i < n
+            ok &= seq[jnp.clip(ends - i, 0, S - 1)] == seq[jnp.clip(length - 1 - i, 0, S - 1)]
+        found = jnp.any(ok) & (length > n)
+        latest = S - 1 - jnp.argmax(ok[::-1])  # the most recent occurrence
+        best_end = jnp.where(found, latest, best_end)
+        best_n = jnp.where(found, n, best_n)
+    period = length - 1 - best_end  # >= 1
+    drafts = seq[best_end + 1 + jnp.arange(gamma) % period]  # (γ,)
+    return drafts, best_n
+
+
+@dataclass(frozen=True)
+class PromptLookup:
+    """Prompt lookup decoding (Saxena, 2023; vLLM's "ngram"): no second model at all.
+
+    Drafts are copied from earlier in the row's own text, so they are deterministic: a point
+    mass, q = one-hot(x). The verify rule then accepts x with probability p(x), and on a
+    rejection resamples from p with x removed — exact at every temperature. It shines when the
+    output repeats the input (quoting, code edits, lists) and costs almost nothing otherwise.
+    """
+
+    vocab_size: int
+    max_ngram: int = 3  # try to match the last 3 tokens first ...
+    min_ngram: int = 1  # ... down to the last one
+    name: str = "ngram"
+
+    def init(self, dparams, tokens, lengths, hidden=None):
+        return ()  # stateless: the committed tokens are the whole index
+
+    def propose(self, dparams, dstate, seq, length, key, sp, gamma):
+        drafts, _ = jax.vmap(lambda s, n: lookup(s, n, gamma, self.max_ngram, self.min_ngram))(
+            seq, length)  # (B, γ)
+        return drafts, jax.nn.one_hot(drafts, self.vocab_size, dtype=jnp.float32), dstate
+
+    def commit(self, dparams, dstate, hidden, emitted, start, length):
+        return dstate

@@ -87,9 +87,10 @@ def prefill(graphdef, params, cfg: ModelConfig, drafter, dparams, tokens, length
     B, Lb = tokens.shape
     cache = init_cache(cfg.n_layer, cfg.n_head, cfg.head_dim, B, cfg.n_ctx)
     positions = jnp.broadcast_to(jnp.arange(Lb), (B, Lb))
-    _, _, cache = forward(graphdef, params, tokens, positions, cache)
+    _, hidden, cache = forward(graphdef, params, tokens, positions, cache)
     seq = jnp.zeros((B, cfg.n_ctx), jnp.int32).at[:, :Lb].set(tokens)
-    return SpecState(seq, lengths, rollback(cache, lengths - 1), drafter.init(dparams, tokens, lengths),
+    dstate = drafter.init(dparams, tokens, lengths, hidden)
+    return SpecState(seq, lengths, rollback(cache, lengths - 1), dstate,
                      jnp.zeros(B, jnp.int32), jnp.zeros(B, bool), jnp.zeros((B, gamma + 1), jnp.int32),
                      jnp.int32(0), key)
 
@@ -115,15 +116,19 @@ def emit_count(n_accepted, emitted, n_new, max_new, eos_id: int):
     return n, first_eos < n
 
 
-def verify_phase(graphdef, params, cfg: ModelConfig, state: SpecState, drafted: Drafted,
-                 sp: SamplingParams, max_new, eos_id: int):
-    """One target pass over [last, x₁..x_γ], the verify rule, and the commit."""
+def verify_phase(graphdef, params, cfg: ModelConfig, drafter, dparams, state: SpecState,
+                 drafted: Drafted, sp: SamplingParams, max_new, eos_id: int):
+    """One target pass over [last, x₁..x_γ], the verify rule, and the commit.
+
+    The drafter then sees what the target saw (`drafter.commit`): the block's hidden features
+    and the tokens that were appended — what EAGLE, Medusa and MTP heads draft from.
+    """
     B, gamma = drafted.drafts.shape
     live = ~state.done
     last = take_rows(state.seq, state.length - 1, 1)  # (B, 1)
     block = jnp.concatenate([last, drafted.drafts], axis=1)  # (B, γ+1)
     positions = (state.length - 1)[:, None] + jnp.arange(gamma + 1)  # (B, γ+1)
-    logits, _, cache = forward(graphdef, params, block, positions, state.cache)  # (B, γ+1, V)
+    logits, hidden, cache = forward(graphdef, params, block, positions, state.cache)  # (B, γ+1, V)
     p = sampling_probs(logits, sp)  # (B, γ+1, V)
     key = jax.random.fold_in(jax.random.fold_in(state.key, state.step), 1)
     v = verify(key, drafted.drafts, drafted.q, p)
@@ -131,33 +136,50 @@ def verify_phase(graphdef, params, cfg: ModelConfig, state: SpecState, drafted: 
     # The appended tokens: drafts x₁..x_n then the residual/bonus token at index n.
     emitted = jnp.concatenate([drafted.drafts, jnp.zeros((B, 1), jnp.int32)], axis=1)
     emitted = emitted.at[jnp.arange(B), v.n_accepted].set(v.token)  # (B, γ+1)
-    n_emit, hit_eos = emit_count(v.n_accepted, emitted, state.n_new, max_new, eos_id)
-    n_emit = jnp.where(live, n_emit, 0)
-    # Write all γ+1 slots (fixed shape); those past the new length are junk until overwritten.
-    # subtle: a finished row may sit too close to the end for γ+1 slots, where the write would
-    # be clamped onto committed tokens — so it writes back what is already there.
-    block_out = jnp.where(live[:, None], emitted, take_rows(state.seq, state.length, gamma + 1))
-    write = lambda row, e, s: jax.lax.dynamic_update_slice(row, e, (s,))
-    seq = jax.vmap(write)(state.seq, block_out, state.length)
-    length = state.length + n_emit
-    n_new = state.n_new + n_emit
-    full = length + headroom(gamma) > cfg.n_ctx
-    done = state.done | (live & (hit_eos | (n_new >= max_new) | full))
-    cache = rollback(cache, jnp.where(live, committed_cache_length(length), state.cache.length))
-
-    hist = state.hist.at[jnp.arange(B), v.n_accepted].add(live.astype(jnp.int32))
-    new_state = state._replace(seq=seq, length=length, cache=cache, n_new=n_new, done=done,
-                               hist=hist, step=state.step + 1)
+    new_state, n_emit = commit_round(cfg, state, cache, v.n_accepted, emitted, max_new, eos_id,
+                                     headroom(gamma))
+    new_state = new_state._replace(dstate=drafter.commit(
+        dparams, state.dstate, hidden, emitted, state.length - 1, new_state.length))
     trace = StepTrace(live, state.length, drafted.drafts, v, n_emit, emitted, _top(drafted.q),
                       _top(p), _top(v.extra_probs),
                       jnp.take_along_axis(v.extra_probs, v.token[:, None], axis=1)[:, 0])
     return new_state, trace
 
 
+def commit_round(cfg: ModelConfig, state: SpecState, cache: KVCache, n_accepted, emitted,
+                 max_new, eos_id: int, room: int):
+    """Append [x₁..x_n, token] (`emitted`, (B, W)), roll the target cache back, update the
+    counters. `room`: the slots the next round's verify block needs.
+
+    `cache` comes from the verify pass, with the accepted path already in slots start.. (a
+    chain's drafts are; a tree's are moved there first, tree_speculative.py). The caller then
+    lets the drafter see the target's features (`drafter.commit`).
+    """
+    B, W = emitted.shape
+    live = ~state.done
+    n_emit, hit_eos = emit_count(n_accepted, emitted, state.n_new, max_new, eos_id)
+    n_emit = jnp.where(live, n_emit, 0)
+    # Write all W slots (fixed shape); those past the new length are junk until overwritten.
+    # subtle: a finished row may sit too close to the end for W slots, where the write would
+    # be clamped onto committed tokens — so it writes back what is already there.
+    block_out = jnp.where(live[:, None], emitted, take_rows(state.seq, state.length, W))
+    write = lambda row, e, s: jax.lax.dynamic_update_slice(row, e, (s,))
+    seq = jax.vmap(write)(state.seq, block_out, state.length)
+    length = state.length + n_emit
+    n_new = state.n_new + n_emit
+    full = length + room > cfg.n_ctx
+    done = state.done | (live & (hit_eos | (n_new >= max_new) | full))
+    cache = rollback(cache, jnp.where(live, committed_cache_length(length), state.cache.length))
+    hist = state.hist.at[jnp.arange(B), n_accepted].add(live.astype(jnp.int32))
+    new_state = state._replace(seq=seq, length=length, cache=cache, n_new=n_new, done=done,
+                               hist=hist, step=state.step + 1)
+    return new_state, n_emit
+
+
 def speculative_step(graphdef, params, cfg, drafter, dparams, state, sp, max_new, eos_id, gamma):
     """One whole round: draft, verify, commit."""
     drafted, state = draft_phase(drafter, dparams, state, sp, gamma)
-    return verify_phase(graphdef, params, cfg, state, drafted, sp, max_new, eos_id)
+    return verify_phase(graphdef, params, cfg, drafter, dparams, state, drafted, sp, max_new, eos_id)
 
 
 _STATIC = ("graphdef", "cfg", "drafter", "eos_id", "gamma")
@@ -173,7 +195,8 @@ def _fused(graphdef, params, cfg, drafter, dparams, tokens, lengths, key, sp, ma
 
 _prefill_jit = jax.jit(prefill, static_argnames=("graphdef", "cfg", "drafter", "gamma"))
 _draft_jit = jax.jit(draft_phase, static_argnames=("drafter", "gamma"), donate_argnums=(2,))
-_verify_jit = jax.jit(verify_phase, static_argnames=("graphdef", "cfg", "eos_id"), donate_argnums=(3,))
+_verify_jit = jax.jit(verify_phase, static_argnames=("graphdef", "cfg", "drafter", "eos_id"),
+                      donate_argnums=(5,))
 
 
 def check_room(cfg: ModelConfig, lengths, max_new: int, gamma: int) -> None:
@@ -206,7 +229,8 @@ def speculative_rounds(graphdef, params, cfg, drafter, dparams, tokens, lengths,
         drafted, state = _draft_jit(drafter, dparams, state, sp, gamma)
         jax.block_until_ready(drafted)
         t1 = time.perf_counter()
-        state, trace = _verify_jit(graphdef, params, cfg, state, drafted, sp, max_new, eos_id)
+        state, trace = _verify_jit(graphdef, params, cfg, drafter, dparams, state, drafted, sp,
+                                   max_new, eos_id)
         jax.block_until_ready(state.length)
         t2 = time.perf_counter()
         yield trace, state, {"draft_s": t1 - t0, "verify_s": t2 - t1}

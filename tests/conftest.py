@@ -1,11 +1,14 @@
 """Shared fixtures: tiny models built in seconds, so only shipped-checkpoint tests load weights."""
 
+import gc
 from pathlib import Path
 
+import jax
 import pytest
 from flax import nnx
 
 from nanospec.checkpoint import record_file, save_model
+from nanospec.heads import KINDS, HeadConfig, build, save_head
 from nanospec.model import GPT, ModelConfig
 from nanospec.tokenizer import Tokenizer
 
@@ -17,6 +20,20 @@ TINY_TEXT = [
     "Repeat after me: the quick brown fox. The quick brown fox.",
     "def capital_of(country):\n    return capitals[country]\n",
 ]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs():
+    """Drop every compiled program after each test module.
+
+    subtle: XLA's CPU backend maps memory for every executable it compiles, and one process
+    running the whole suite compiles well over a thousand; at Linux's default limit of 65,530
+    mappings per process, compiling then crashes inside XLA (a segfault or an abort, not an
+    exception; jax-ml/jax#27201). Tests that count compilations do so within one test.
+    """
+    yield
+    jax.clear_caches()
+    gc.collect()
 
 
 @pytest.fixture(scope="session")
@@ -41,4 +58,7 @@ def tiny_ckpt_dir(tmp_path, tiny_tokenizer, tiny_model) -> Path:
     for name in ("target", "draft"):
         named = ModelConfig.from_dict({**cfg.to_dict(), "name": name})
         save_model(tmp_path, named, params, {"note": "untrained test model"})
+    for kind in KINDS:  # Medusa, EAGLE and MTP heads on the tiny target
+        hc = HeadConfig.for_target(kind, cfg)
+        save_head(tmp_path, hc, nnx.split(build(hc))[1], {"note": "untrained test head"})
     return tmp_path

@@ -8,9 +8,11 @@ from flax import nnx
 
 import nanospec.bench
 from nanospec.bench import expected_tokens, iid_acceptance, run_bench
-from nanospec.decode import Bundle
+from nanospec.decode import METHODS, Bundle
+from nanospec.heads import KINDS, HeadConfig, build
+from nanospec.tree import Tree
 from nanospec.errors import UserError
-from nanospec.model import GPT, ModelConfig
+from nanospec.model import GPT, ModelConfig, count_params
 
 
 def test_doctests():
@@ -35,20 +37,39 @@ def bundle(tiny_tokenizer):
         cfg = ModelConfig.tiny(vocab_size=tiny_tokenizer.vocab_size, n_ctx=256)
         cfg = ModelConfig.from_dict({**cfg.to_dict(), "name": name})
         return (cfg, *nnx.split(GPT(cfg, nnx.Rngs(seed))))
-    return Bundle(tiny_tokenizer, {"target": tiny("target", 0), "draft": tiny("draft", 1)})
+    target = tiny("target", 0)
+    heads = {}
+    for kind in KINDS:
+        hc = HeadConfig.for_target(kind, target[0], depth=2)
+        heads[kind] = (hc, *nnx.split(build(hc)))
+    return Bundle(tiny_tokenizer, {"target": target, "draft": tiny("draft", 1), **heads})
 
 
 def test_bench_reports_every_column_and_writes_json(bundle, tmp_path):
     out = tmp_path / "bench.json"
-    report = run_bench(bundle, ("ar", "draft"), (1, 2), tokens=4, repeats=1, n_prompts=2,
-                       json_path=str(out))
+    report = run_bench(bundle, METHODS, (1, 3), tokens=4, repeats=1, n_prompts=1,
+                       json_path=str(out), trees={"2,1": Tree.from_branching((2, 1))})
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
-    assert [r["gamma"] for r in report["rows"]] == [1, 2]
-    for r in report["rows"]:
-        for key in ("acceptance_rate", "alpha", "c", "verify_over_ar", "predicted_decode_speedup",
-                    "predicted_speedup", "measured_speedup", "efficiency"):
+    runs = [(r["method"], r["gamma"]) for r in report["rows"]]
+    # Medusa and MTP have 2 heads here, so they skip γ = 3; every other method runs both.
+    # Every method but prompt lookup also grows the tree.
+    assert runs == [("draft", 1), ("draft", 3), ("ngram", 1), ("ngram", 3), ("medusa", 1),
+                    ("eagle", 1), ("eagle", 3), ("mtp", 1)] + [
+                        (m, "tree 2,1") for m in ("draft", "medusa", "eagle", "mtp")]
+    for r in report["rows"][-4:]:
+        assert r["tree_nodes"] == 5 and r["measured_speedup"] > 0 and "c" not in r
+    for r in report["rows"][:-4]:
+        for key in ("acceptance_rate", "alpha", "c", "tau_per_draft_cost", "verify_over_ar",
+                    "predicted_decode_speedup", "predicted_speedup", "measured_speedup",
+                    "efficiency", "extra_memory_mb"):
+            if key == "tau_per_draft_cost" and r["c"] == 0:
+                assert r[key] is None  # drafting cheaper than the timing noise: not a number
+                continue
             assert r[key] == r[key] and r[key] >= 0, key  # a number, not NaN
-    assert report["best"]["gamma"] in (1, 2)
+    extra = {r["method"]: r["extra_params"] for r in report["rows"]}
+    assert extra["ngram"] == 0 and extra["draft"] == count_params(bundle.models["draft"][2])
+    assert extra["eagle"] == count_params(bundle.models["eagle"][2]) > 0  # the target's not counted
+    assert report["best"]["gamma"] in (1, 3)
 
 
 def test_a_prompt_too_long_for_the_context_is_a_user_error(tiny_ckpt_dir):

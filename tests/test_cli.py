@@ -85,6 +85,24 @@ def test_num_samples_gives_that_many_samples(capsys, tiny_ckpt_dir):
     assert len({tuple(s["tokens"]) for s in doc["samples"]}) == 3
 
 
+@pytest.mark.parametrize("extra", [["--method", m] for m in
+                                   ("draft", "ngram", "medusa", "eagle", "mtp")] +
+                         [["--method", "eagle", "--tree", "2,2"],
+                          ["--method", "medusa", "--tree", "3,1", "--siblings", "sample"]],
+                         ids=lambda a: "-".join(x.strip("-") for x in a))
+def test_every_drafting_method_reproduces_greedy_autoregressive_text(capsys, tiny_ckpt_dir, extra):
+    common = ["generate", "--prompt", "The capital of", "--max-new-tokens", "8",
+              "--temperature", "0", "--json"]
+    code, out, err = run(capsys, tiny_ckpt_dir, *common)
+    assert code == 0, err
+    ar = json.loads(out)["tokens"]
+    code, out, err = run(capsys, tiny_ckpt_dir, *common, *extra)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["tokens"] == ar
+    assert doc["stats"]["method"] == extra[1] and doc["stats"]["rounds"] >= 1
+
+
 # ------------------------------------------------------------------ one sentence per mistake
 
 
@@ -100,6 +118,14 @@ BAD_SETTINGS = {  # id: (arguments after `generate --prompt hi`, a fragment of t
     "num-samples-0": (["--num-samples", "0"], "--num-samples"),
     "unknown-method": (["--method", "huge"], "--method"),
     "unknown-flag": (["--temprature", "1"], "--temprature"),
+    "medusa-gamma-too-big": (["--method", "medusa", "--gamma", "6"], "gamma can be at most 4"),
+    "ngram-tree": (["--method", "ngram", "--tree", "2"], "single continuation"),
+    "siblings-without-tree": (["--siblings", "top"], "--siblings"),
+    "tree-and-gamma": (["--method", "draft", "--tree", "2", "--gamma", "3"], "drop --gamma"),
+    "tree-with-show": (["--method", "draft", "--tree", "2", "--show"], "traces"),
+    "tree-not-numbers": (["--method", "draft", "--tree", "2,x"], "--tree"),
+    "tree-too-big": (["--method", "draft", "--tree", "9,9,9"], "64 nodes"),
+    "tree-too-deep-for-heads": (["--method", "mtp", "--tree", "1,1,1,1,1"], "at most 4 deep"),
 }
 
 

@@ -33,6 +33,16 @@ def test_manifest_lists_every_shipped_file_with_its_hash():
         assert info["final_val_loss"] < 2.0 and info["wall_seconds"] > 0
 
 
+@pytest.mark.parametrize("kind", ["medusa", "eagle", "mtp"])
+def test_every_head_records_how_it_was_trained_and_how_well_it_drafts(kind):
+    info = read_manifest(SHIPPED)["models"][f"{kind}.safetensors"]
+    assert info["command"].startswith("nanospec train heads")
+    assert info["wall_seconds"] > 0 and info["final_val_loss"] < 3.0 and info["params"] > 0
+    acc = info["acceptance_on_validation"]
+    assert acc["temperature"] == 0 and 0 < acc["acceptance_rate"] <= 1
+    assert 1 <= acc["mean_acceptance_length"] <= acc["gamma"] + 1
+
+
 def test_all_checkpoints_fit_in_40_mb():
     assert sum(p.stat().st_size for p in SHIPPED.iterdir()) < 40 * 2**20
 

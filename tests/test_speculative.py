@@ -7,7 +7,6 @@ live in tests/statistical/.
 """
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx

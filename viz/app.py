@@ -337,9 +337,9 @@ class DemoApp(App):
             methods = self.recorder.methods
             if len(methods) == 1:
                 self.notify(f"{methods[0]!r} is the only drafting method so far.")
-            else:
-                i = methods.index(self.settings.method)
-                self._change(method=methods[(i + 1) % len(methods)])
+            else:  # heads draft at most one token per head: γ shrinks to fit if it must
+                method = methods[(methods.index(self.settings.method) + 1) % len(methods)]
+                self._change(method=method, gamma=self.recorder.fit_gamma(method, self.settings.gamma))
 
     def action_save(self) -> None:
         if not self.done:

@@ -59,7 +59,7 @@ def build_app(args):
         recording = load_recording(args.replay)
         return DemoApp(recording, source=f"replay {Path(args.replay).name}",
                        start_round=args.round if interactive else None, autoplay=interactive)
-    from nanospec.decode import Bundle
+    from nanospec.decode import EVERYTHING, Bundle
     from viz.live import LiveRun
     from viz.settings import Settings
 
@@ -67,7 +67,7 @@ def build_app(args):
     settings.check()
     if interactive:  # a second or two of silence otherwise, before the screen appears
         print(f"nanospec: loading the models from {args.checkpoints}…", file=sys.stderr)
-    bundle = Bundle.load(args.checkpoints)
+    bundle = Bundle.load(args.checkpoints, EVERYTHING)  # the method switch can pick any
     LiveRun(bundle, settings)  # the prompt must fit the model with this γ
     return DemoApp(bundle=bundle, settings=settings, start_round=args.round if interactive else None,
                    autoplay=interactive)

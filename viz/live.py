@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import jax
 
-from nanospec.decode import METHODS, Bundle
+from nanospec.decode import METHODS, Bundle, check_gamma
 from nanospec.errors import UserError
 from nanospec.generate import bucket, pad_prompts
 from nanospec.sampling import SamplingParams
@@ -42,6 +42,7 @@ class LiveRun:
         self.prompt_ids = bundle.tok.encode_prompt(settings.prompt)
         check_room(self.cfg, [len(self.prompt_ids)], settings.max_new, settings.gamma)
         self.drafter, self.dparams = bundle.drafter(settings.method)
+        check_gamma(self.drafter, settings.gamma)
 
     @property
     def compile_key(self) -> tuple:

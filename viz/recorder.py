@@ -57,6 +57,11 @@ class Recorder(Widget):
         from viz.live import SPECULATIVE  # live mode only: replay never loads JAX
         return SPECULATIVE
 
+    def fit_gamma(self, method: str, gamma: int) -> int:
+        """γ, lowered to what the method can draft per round (Medusa and MTP: one per head)."""
+        drafter, _ = self.bundle.drafter(method)
+        return min(gamma, getattr(drafter, "max_gamma", gamma))
+
     def check(self, settings: Settings) -> None:
         """Raise UserError if a run with these settings cannot start (cheap: no JAX)."""
         from viz.live import LiveRun

@@ -14,11 +14,11 @@ import numpy as np
 from flax import nnx
 from scipy import stats
 
-from nanospec.drafters import DraftModel
 from nanospec.generate import pad_prompts
 from nanospec.model import GPT, ModelConfig, forward
 from nanospec.sampling import SamplingParams, sampling_probs
 from nanospec.speculative import _fused, generated, prefill, speculative_step
+from nanospec.tree_speculative import _fused_tree
 
 V = 5  # vocabulary of the tiny models
 N_CTX = 16
@@ -71,15 +71,24 @@ def encode(seqs: list[list[int]]) -> np.ndarray:
 
 
 def run_speculative(target, drafter, dparams, prompts: list[list[int]], m: int,
-                    sp: SamplingParams, gamma: int, seed: int, chunk: int = 50_000):
-    """Generate m tokens for every prompt row; returns {prompt index: list of sequences}."""
+                    sp: SamplingParams, gamma: int, seed: int, chunk: int = 50_000,
+                    tree=None, top: bool = True):
+    """Generate m tokens for every prompt row; returns {prompt: list of sequences}.
+
+    With `tree`, rounds draft that token tree (top-k siblings if `top`, else sampled) instead
+    of a chain of γ."""
     cfg, g, p = target
     out: dict[int, list] = {}
     for c, start in enumerate(range(0, len(prompts), chunk)):
         rows = prompts[start:start + chunk]
         tokens, lengths = pad_prompts(rows, cfg.n_ctx)
-        state = _fused(g, p, cfg, drafter, dparams, tokens, lengths,
-                       jax.random.fold_in(jax.random.key(seed), c), sp, jnp.int32(m), -1, gamma)
+        key = jax.random.fold_in(jax.random.key(seed), c)
+        if tree is None:
+            state = _fused(g, p, cfg, drafter, dparams, tokens, lengths, key, sp, jnp.int32(m),
+                           -1, gamma)
+        else:
+            state = _fused_tree(g, p, cfg, drafter, dparams, tokens, lengths, key, sp,
+                                jnp.int32(m), -1, tree, top)
         for row, seq in zip(rows, generated(state, lengths)):
             out.setdefault(tuple(row), []).append(seq)
     return out
@@ -159,3 +168,29 @@ def chi_square_categorical(observed: list, law: dict, min_expected: float = 5.0)
     cells = np.array([index[o] for o in observed])
     probs = np.array(list(law.values()))
     return chi_square_pvalue(cells, probs / probs.sum(), min_expected)
+
+
+def tiny_drafters(target, depth: int = 3) -> dict:
+    """Every other drafter on the tiny target: {name: (drafter, dparams)}.
+
+    The heads get random weights (scaled like tiny_lm's, Medusa's zero init replaced), so their
+    laws are peaked and disagree with the target often: accepts, rejections, residuals and
+    bonus tokens all happen many times in N runs. Exactness must not depend on head quality.
+    """
+    from nanospec.drafters import PromptLookup
+    from nanospec.feature_drafters import DRAFTERS
+    from nanospec.heads import KINDS, HeadConfig, build
+
+    cfg, g, p = target
+    out = {"ngram": (PromptLookup(V, max_ngram=2), ())}
+    for i, kind in enumerate(KINDS):
+        hc = HeadConfig(kind, d_model=cfg.d_model, vocab_size=V, n_ctx=N_CTX, depth=depth,
+                        n_head=cfg.n_head)
+        graphdef, params = nnx.split(build(hc, seed=10 + i))
+        leaves, treedef = jax.tree.flatten(params)
+        keys = jax.random.split(jax.random.key(20 + i), len(leaves))
+        leaves = [jax.random.normal(k, x.shape) * (3.0 / x.shape[0] ** 0.5) if x.ndim >= 2 else x
+                  for k, x in zip(keys, leaves)]
+        out[kind] = (DRAFTERS[kind](graphdef, hc, g), (jax.tree.unflatten(treedef, leaves), p))
+    return out
+

@@ -1,7 +1,10 @@
 """Layer 4 — greedy identity on the shipped checkpoints: speculative == autoregressive, token by token.
 
 With temperature 0, p and q are one-hot, so the verify rule must reproduce the target's greedy
-output exactly, for every γ. The only allowed divergence is a *near-tie*: the target scores its
+output exactly, for every γ and every drafter (the draft model, prompt lookup, and the shipped
+Medusa, EAGLE and MTP heads; the heads draft at most 4 tokens). The default run checks γ = 4
+for every drafter; the slow layer adds γ = 1..8 for the draft model and γ ∈ {1, 3, 8} for the
+others (the heads: {1, 3}). The only allowed divergence is a *near-tie*: the target scores its
 top two tokens within float32 noise of each other, and the block computation of the verify pass
 (γ+1 tokens at once) and the one-token decode round differently. The test detects each
 divergence, measures the target's top-2 logit gap at that position by a full recompute, and
@@ -16,8 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nanospec.decode import Bundle
-from nanospec.drafters import DraftModel
+from nanospec.decode import EVERYTHING, METHODS, Bundle
 from nanospec.generate import generate, pad_prompts
 from nanospec.model import forward
 from nanospec.sampling import GREEDY
@@ -31,7 +33,7 @@ MAX_NEW = 40
 
 @pytest.fixture(scope="module")
 def setup():
-    bundle = Bundle.load(SHIPPED, ["target", "draft"])
+    bundle = Bundle.load(SHIPPED, EVERYTHING)
     cfg, g, p = bundle.models["target"]
     texts = ["The capital of France is"] + workload_prompts("facts", 3) + \
         workload_prompts("repetitive", 2) + workload_prompts("code", 2)
@@ -48,11 +50,11 @@ def top2_gap(model, context: list[int]) -> float:
     return float(top[1] - top[0])
 
 
-def _check(setup, gamma):
+def _check(setup, gamma, method="draft"):
     bundle, ids, tokens, lengths, ar = setup
     cfg, g, p = bundle.models["target"]
-    dcfg, dg, dp = bundle.models["draft"]
-    state = speculative_generate(g, p, cfg, DraftModel(dg, dcfg), dp, tokens, lengths,
+    drafter, dparams = bundle.drafter(method)
+    state = speculative_generate(g, p, cfg, drafter, dparams, tokens, lengths,
                                  jax.random.key(0), GREEDY, MAX_NEW, -1, gamma)
     ties = []
     for row, (spec, ref) in enumerate(zip(generated(state, lengths), ar)):
@@ -60,21 +62,34 @@ def _check(setup, gamma):
             continue
         t = next(i for i, (a, b) in enumerate(zip(spec, ref)) if a != b)
         gap = top2_gap(bundle.models["target"], ids[row] + ref[:t])
-        assert gap < NEAR_TIE, (f"γ={gamma}, prompt {row}: diverged at token {t} although the "
+        assert gap < NEAR_TIE, (f"{method}, γ={gamma}, prompt {row}: diverged at token {t} although the "
                                 f"target's top-2 gap is {gap:.2e} (not a near-tie)")
         ties.append((row, t, gap))
     for row, t, gap in ties:
-        message = f"near-tie reported: γ={gamma}, prompt {row}, token {t}, top-2 gap {gap:.2e}"
+        message = f"near-tie reported: {method}, γ={gamma}, prompt {row}, token {t}, top-2 gap {gap:.2e}"
         print(message)
         warnings.warn(message)
     return ties
 
 
-def test_greedy_identity_gamma_4(setup):
-    _check(setup, 4)
+SPECULATIVE = [m for m in METHODS if m != "ar"]
+HEADS_DEPTH = 4  # Medusa heads / MTP modules shipped
+
+
+def gammas(method: str) -> list[int]:
+    """The slow layer's γ values besides 4: every γ for the draft model; for the other drafters
+    the ends and a middle (each γ compiles the 6-layer target's loop afresh, ~20 s on 2 cores;
+    γ = 1..8 for every drafter passed once, and costs ~15 min of CI)."""
+    every = range(1, 9) if method == "draft" else (1, 3, 8)
+    return [g for g in every if g != 4 and (method not in ("medusa", "mtp") or g <= HEADS_DEPTH)]
+
+
+@pytest.mark.parametrize("method", SPECULATIVE)
+def test_greedy_identity_gamma_4(setup, method):
+    _check(setup, 4, method)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("gamma", [1, 2, 3, 5, 6, 7, 8])
-def test_greedy_identity_every_gamma(setup, gamma):
-    _check(setup, gamma)
+@pytest.mark.parametrize("method,gamma", [(m, g) for m in SPECULATIVE for g in gammas(m)])
+def test_greedy_identity_every_gamma(setup, method, gamma):
+    _check(setup, gamma, method)

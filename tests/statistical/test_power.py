@@ -71,41 +71,29 @@ def pair():
     return target, draft, DraftModel(draft[1], draft[0])
 
 
-@pytest.fixture
-def break_it(monkeypatch):
-    """Install one broken function; jit caches are cleared so the loop is traced again."""
-    def install(name):
-        module, attr, fn = BROKEN[name]
-        jax.clear_caches()
-        monkeypatch.setattr(module, attr, fn)
-    yield install
-    monkeypatch.undo()
-    jax.clear_caches()
-
-
 def _joint_pvalue(pair, n, seed):
     target, draft, drafter = pair
     out = run_speculative(target, drafter, draft[2], [PROMPT] * n, M, SP, GAMMA, seed)
     return chi_square_pvalue(encode(out[tuple(PROMPT)]), exact_law(target, PROMPT, M, SP))
 
 
-def test_the_fast_layer_can_fail_too(pair, break_it):
+def test_the_fast_layer_can_fail_too(pair, break_with):
     """N = 20,000 (the default run's smoke size) already rejects a residual taken from p."""
-    break_it("residual_replaced_by_p")
+    break_with(*BROKEN["residual_replaced_by_p"])
     assert _joint_pvalue(pair, 20_000, seed=100) < POWER
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in BROKEN if n != "bonus_dropped"])
-def test_joint_law_test_rejects_a_broken_sampler(pair, break_it, name):
-    break_it(name)
+def test_joint_law_test_rejects_a_broken_sampler(pair, break_with, name):
+    break_with(*BROKEN[name])
     pvalue = _joint_pvalue(pair, N, seed=3)
     assert pvalue < POWER, f"{name} slipped through: p-value {pvalue:.3g}"
 
 
 @pytest.mark.slow
-def test_dropping_the_bonus_keeps_the_law_but_the_round_law_catches_it(pair, break_it):
-    break_it("bonus_dropped")
+def test_dropping_the_bonus_keeps_the_law_but_the_round_law_catches_it(pair, break_with):
+    break_with(*BROKEN["bonus_dropped"])
     assert _joint_pvalue(pair, N, seed=3) > THRESHOLD  # the text's law is still exact...
     target, draft, drafter = pair
     observed = run_first_round(target, drafter, draft[2], PROMPT, N, SP, GAMMA, seed=23)

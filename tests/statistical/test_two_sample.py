@@ -2,11 +2,12 @@
 
 From the prompt "Q: What is the capital of" (high entropy: any of ~190 countries can follow),
 N = 8,000 two-token continuations are sampled at T = 1 by plain autoregressive decoding and
-N = 8,000 by speculative decoding with the shipped draft (γ = 4). A chi-square test of
-homogeneity on the 2 × K table of continuation counts (continuations seen fewer than 20 times
-in both samples together are pooled into one column) must not reject: p-value > 1e-4, so the
-false-failure probability is 1e-4. Power check in the same test: the draft's own samples
-(a different law) are rejected with p < 1e-12 by the same statistic.
+N = 8,000 by speculative decoding (γ = 4) with each drafter: the shipped draft model, prompt
+lookup, and the shipped Medusa, EAGLE and MTP heads. A chi-square test of homogeneity on the
+2 × K table of continuation counts (continuations seen fewer than 20 times in both samples
+together are pooled into one column) must not reject: p-value > 1e-4, so the false-failure
+probability is 1e-4 per drafter (5e-4 for the five). Power check: the draft model's own
+samples (a different law) are rejected with p < 1e-12 by the same statistic.
 """
 
 from collections import Counter
@@ -16,8 +17,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from nanospec.decode import Bundle
-from nanospec.drafters import DraftModel
+from nanospec.decode import EVERYTHING, METHODS, Bundle
 from nanospec.generate import generate, pad_prompts
 from nanospec.sampling import SamplingParams
 from nanospec.speculative import generated, speculative_generate
@@ -46,25 +46,38 @@ def _sample(fn, n: int, chunk: int, seed: int) -> list[tuple]:
     return out
 
 
-@pytest.mark.slow
-def test_speculative_samples_match_autoregressive_samples():
-    bundle = Bundle.load(SHIPPED, ["target", "draft"])
+@pytest.fixture(scope="module")
+def reference():
+    """The shipped bundle, the prompt, and N autoregressive samples (shared by every drafter)."""
+    bundle = Bundle.load(SHIPPED, EVERYTHING)
     cfg, g, p = bundle.models["target"]
-    dcfg, dg, dp = bundle.models["draft"]
-    sp = SamplingParams.make(1.0)
     ids = bundle.tok.encode_prompt(PROMPT)
+    return bundle, ids, _sample(lambda key, n: _ar(bundle.models["target"], ids, key, n), N, CHUNK, seed=1)
 
-    def ar(key, n, model=(cfg, g, p)):
-        tokens, lengths = pad_prompts([ids] * n, cfg.n_ctx)
-        return generate(model[1], model[2], model[0], tokens, lengths, key, sp, M, -1)[0]
+
+def _ar(model, ids, key, n):
+    cfg, g, p = model
+    tokens, lengths = pad_prompts([ids] * n, cfg.n_ctx)
+    return generate(g, p, cfg, tokens, lengths, key, SamplingParams.make(1.0), M, -1)[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "ar"])
+def test_speculative_samples_match_autoregressive_samples(reference, method):
+    bundle, ids, a = reference
+    cfg, g, p = bundle.models["target"]
+    drafter, dparams = bundle.drafter(method)
 
     def spec(key, n):
         tokens, lengths = pad_prompts([ids] * n, cfg.n_ctx)
-        return generated(speculative_generate(g, p, cfg, DraftModel(dg, dcfg), dp, tokens, lengths,
-                                              key, sp, M, -1, GAMMA), lengths)
+        return generated(speculative_generate(g, p, cfg, drafter, dparams, tokens, lengths, key,
+                                              SamplingParams.make(1.0), M, -1, GAMMA), lengths)
 
-    a = _sample(ar, N, CHUNK, seed=1)
-    s = _sample(spec, N, CHUNK, seed=2)
-    d = _sample(lambda key, n: ar(key, n, model=(dcfg, dg, dp)), N, CHUNK, seed=3)
-    assert homogeneity_pvalue(a, s) > 1e-4
-    assert homogeneity_pvalue(a, d) < 1e-12  # the same test tells different laws apart
+    assert homogeneity_pvalue(a, _sample(spec, N, CHUNK, seed=2)) > 1e-4
+
+
+@pytest.mark.slow
+def test_the_two_sample_test_tells_different_laws_apart(reference):
+    bundle, ids, a = reference
+    d = _sample(lambda key, n: _ar(bundle.models["draft"], ids, key, n), N, CHUNK, seed=3)
+    assert homogeneity_pvalue(a, d) < 1e-12  # the draft model's own law is rejected

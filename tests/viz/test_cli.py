@@ -57,7 +57,7 @@ def test_replay_mistakes_are_one_sentence(tmp_path, trace_path, capsys, argv, me
 @pytest.mark.parametrize("argv, message", [
     (["--screenshot", "out.png"], "give a file name ending in .svg"),
     (["--temperature", "-1", "--screenshot", "s.svg"], "--temperature must be 0 (greedy)"),
-    (["--method", "medusa", "--screenshot", "s.svg"], "Unknown method 'medusa'"),
+    (["--method", "lookahead", "--screenshot", "s.svg"], "Unknown method 'lookahead'"),
     (["--prompt", "word " * 400, "--screenshot", "s.svg"], "leaves no room to speculate"),
 ])
 def test_live_mistakes_are_one_sentence(tmp_path, tiny_ckpt_dir, capsys, monkeypatch, argv, message):

@@ -1,0 +1,216 @@
+"""Drafting from the target's features: the Medusa, EAGLE and MTP drafters (heads.py has the
+modules, train_heads.py trains them).
+
+They follow the protocol in drafters.py, with `dparams = (head_params, target_params)`: the
+heads reuse the target's embedding, final LayerNorm and output layer, so the target's
+parameters travel in too (the same buffers — nothing is copied).
+
+Which feature is "known" at the start of a round? The target's cache holds every committed
+token but the last one (speculative.py), so its freshest feature is h at position L−2, the one
+whose output predicted the last committed token y = seq[L−1]. From it:
+
+    Medusa: head k reads ln_f(h_{L−2}) and predicts the token at L−1+k  (k = 1..γ)
+    MTP:    module 1 reads [h_{L−2} ; embed(y)] and predicts the token at L; module k reads
+            the representation from module k−1 and embed(x_{k−1}) (the sampled draft)
+    EAGLE:  reads pairs (f_i, token i+1) for every committed position i ≤ L−2 (its own KV
+            cache); its output at L−2 is f̂_{L−1} -> law of x₁; then (f̂_{L−1}, x₁) -> f̂_L -> x₂ ...
+
+After the verify pass (`commit`) the target has real features for the block [y_old, x₁..x_n];
+the drafters keep the one at the new L−2 (Medusa, MTP) or re-read the accepted pairs (EAGLE),
+so the next round starts from the target's truth, not from their own guesses.
+
+Every q returned is exactly the law the draft was sampled from (the head's logits through the
+same sampling pipeline as the target's), so the verify rule stays exact at any temperature.
+
+Each drafter also grows token trees (`propose_tree`, see tree_speculative.py).
+
+What this file deliberately leaves out: Medusa's lossy "typical acceptance".
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from nanospec.cache import rollback
+from nanospec.heads import HeadConfig
+from nanospec.sampling import sample_rows, sampling_probs
+from nanospec.tree import tree_positions
+from nanospec.tree_drafting import parent_index, pick_children, plant
+
+
+def _at(x: jax.Array, index: jax.Array) -> jax.Array:
+    """x[b, index[b]] for (B, T, ...) x: one position per row, clipped into range."""
+    index = jnp.clip(index, 0, x.shape[1] - 1)
+    return jnp.take_along_axis(x, index.reshape(-1, 1, *([1] * (x.ndim - 2))), axis=1)[:, 0]
+
+
+@dataclass(frozen=True)
+class _FeatureDrafter:
+    graphdef: Any  # the head's
+    hc: HeadConfig
+    target_graphdef: Any  # to reuse the target's embedding, ln_f and output layer
+
+    @property
+    def name(self) -> str:
+        return self.hc.kind
+
+    def parts(self, dparams):
+        head_params, target_params = dparams
+        return nnx.merge(self.graphdef, head_params), nnx.merge(self.target_graphdef, target_params)
+
+
+@dataclass(frozen=True)
+class _LastFeature(_FeatureDrafter):
+    """State = the target's raw hidden feature at position L−2, (B, C)."""
+
+    @property
+    def max_gamma(self) -> int:  # one head / module per drafted position
+        return self.hc.depth
+
+    def init(self, dparams, tokens, lengths, hidden):
+        return _at(hidden, lengths - 2)
+
+    def commit(self, dparams, feat, hidden, emitted, start, length):
+        # Block index j is position start + j; the new L−2 is index length − 2 − start (= n).
+        return _at(hidden, length - 2 - start)
+
+    commit_tree = commit  # given the path's features, a tree round is a chain round
+
+
+class MedusaDrafter(_LastFeature):
+    """γ ≤ K drafts in parallel from one feature: head k proposes the token k+1 steps ahead."""
+
+    def propose(self, dparams, feat, seq, length, key, sp, gamma):
+        heads, target = self.parts(dparams)
+        feats = heads(target.ln_f(feat))[:, :gamma]  # (B, γ, C)
+        q = sampling_probs(target.wte.attend(feats), sp)  # (B, γ, V)
+        keys = jax.random.split(key, gamma)
+        drafts = jnp.stack([sample_rows(keys[i], q[:, i]) for i in range(gamma)], axis=1)  # (B, γ)
+        return drafts, q, feat
+
+    def propose_tree(self, dparams, feat, seq, length, key, sp, tree, top):
+        """Head d's law is the same at every node of depth d − 1 (heads ignore the path)."""
+        heads, target = self.parts(dparams)
+        q_heads = sampling_probs(target.wte.attend(heads(target.ln_f(feat))), sp)  # (B, K, V)
+        q_nodes = q_heads[:, np.minimum(tree.depth, self.hc.depth - 1)]  # (B, N, V)
+        grown = plant(seq, length, tree, self.hc.vocab_size)
+        for d in range(1, tree.max_depth + 1):
+            grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
+        return grown.tokens, grown.node_q, feat
+
+
+class MTPDrafter(_LastFeature):
+    """Sequential modules: depth k conditions on depth k−1's representation and its draft."""
+
+    def propose(self, dparams, feat, seq, length, key, sp, gamma):
+        heads, target = self.parts(dparams)
+        keys = jax.random.split(key, gamma)
+        h, token = feat, seq[jnp.arange(seq.shape[0]), length - 1]  # (B, C), (B,) = y
+        drafts, qs = [], []
+        for k in range(gamma):  # γ ≤ K: unrolled, each depth has its own weights
+            h, out = heads.layers[k](h, target.wte(token))
+            q = sampling_probs(target.wte.attend(out), sp)  # (B, V)
+            token = sample_rows(keys[k], q)
+            drafts.append(token)
+            qs.append(q)
+        return jnp.stack(drafts, axis=1), jnp.stack(qs, axis=1), feat
+
+    def propose_tree(self, dparams, feat, seq, length, key, sp, tree, top):
+        """Module d reads, at each node of depth d − 1, its parent's representation and the
+        node's own token (the root: the target's feature and the last committed token)."""
+        heads, target = self.parts(dparams)
+        grown = plant(seq, length, tree, self.hc.vocab_size)
+        B, N = grown.tokens.shape
+        h_nodes = jnp.zeros((B, N, feat.shape[-1]))
+        q_nodes = jnp.zeros(grown.node_q.shape)
+        for d in range(1, tree.max_depth + 1):
+            h_in = jnp.broadcast_to(feat[:, None], h_nodes.shape) if d == 1 else h_nodes[:, parent_index(tree)]
+            h, out = heads.layers[d - 1](h_in, target.wte(grown.tokens))  # every node: (B, N, C)
+            here = jnp.asarray(tree.depth == d - 1)[None, :, None]
+            h_nodes = jnp.where(here, h, h_nodes)
+            q_nodes = jnp.where(here, sampling_probs(target.wte.attend(out), sp), q_nodes)
+            grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
+        return grown.tokens, grown.node_q, feat
+
+
+@dataclass(frozen=True)
+class EagleDrafter(_FeatureDrafter):
+    """Autoregression at the feature level. State: (its KV cache over pairs 0..L−2, f̂_{L−1}).
+
+    Cache invariant: after `init`/`commit` the cache holds the pairs (f_i, token i+1) for
+    i = 0..L−2 — all with the target's real features — and `next_feat` is its output at L−2.
+    """
+
+    def _read(self, dparams, cache, hidden, tokens_next, start, length):
+        """Feed the pairs (ln_f(hidden_j), tokens_next_j) at positions start + j; keep f̂ at L−2."""
+        head, target = self.parts(dparams)
+        B, T = tokens_next.shape
+        positions = start[:, None] + jnp.arange(T)  # (B, T)
+        out, cache = head(target.ln_f(hidden), target.wte(tokens_next), positions,
+                          rollback(cache, start))
+        return rollback(cache, length - 1), _at(out, length - 2 - start)
+
+    def init(self, dparams, tokens, lengths, hidden):
+        head, _ = self.parts(dparams)
+        B = tokens.shape[0]
+        following = jnp.concatenate([tokens[:, 1:], tokens[:, -1:]], axis=1)  # token i+1 (pad: junk)
+        return self._read(dparams, head.empty_cache(B), hidden, following,
+                          jnp.zeros(B, jnp.int32), lengths)
+
+    def commit(self, dparams, state, hidden, emitted, start, length):
+        # Block index j holds position start + j; the token after it is emitted[j].
+        return self._read(dparams, state[0], hidden, emitted, start, length)
+
+    commit_tree = commit  # its cache never holds tree nodes: re-reading the path is the same
+
+    def propose(self, dparams, state, seq, length, key, sp, gamma):
+        head, target = self.parts(dparams)
+        cache, f = state  # cache holds L−1 pairs; f = f̂_{L−1}
+        keys = jax.random.split(key, gamma)
+        q1 = sampling_probs(target.wte.attend(f), sp)  # (B, V)
+        x1 = sample_rows(keys[0], q1)
+
+        def draft_one(carry, i_and_key):  # feed (f̂, x_i) at position L−2+i, sample x_{i+1}
+            cache, f, x = carry
+            i, k = i_and_key
+            out, cache = head(f[:, None], target.wte(x)[:, None], (length - 2 + i)[:, None], cache)
+            q = sampling_probs(target.wte.attend(out[:, 0]), sp)  # (B, V)
+            x_next = sample_rows(k, q)
+            return (cache, out[:, 0], x_next), (x_next, q)
+
+        (cache, _, _), (xs, qs) = jax.lax.scan(draft_one, (cache, f, x1),
+                                               (jnp.arange(1, gamma), keys[1:]))
+        drafts = jnp.concatenate([x1[:, None], xs.T], axis=1)  # (B, γ)
+        q = jnp.concatenate([q1[:, None], jnp.moveaxis(qs, 0, 1)], axis=1)  # (B, γ, V)
+        return drafts, q, (cache, state[1])
+
+    def propose_tree(self, dparams, state, seq, length, key, sp, tree, top):
+        """The root's law comes from f̂_{L−1}; then one pass over the tree's pairs per depth:
+        node c feeds (f̂ at its parent, its token) at position L−2+depth(c) and outputs f̂ at c."""
+        head, target = self.parts(dparams)
+        cache, f_root = state
+        grown = plant(seq, length, tree, self.hc.vocab_size)
+        B, N = grown.tokens.shape
+        feats = jnp.zeros((B, N, f_root.shape[-1])).at[:, 0].set(f_root)
+        q_nodes = jnp.zeros(grown.node_q.shape).at[:, 0].set(
+            sampling_probs(target.wte.attend(f_root), sp))
+        parents = parent_index(tree)[1:]
+        positions = tree_positions(length - 2, tree)[:, 1:]  # (B, N-1)
+        mask = jnp.asarray(tree.ancestor_mask[1:, 1:])
+        for d in range(1, tree.max_depth + 1):
+            if d > 1:  # the nodes of depth d − 1 now have their tokens: compute their f̂
+                out, _ = head(feats[:, parents], target.wte(grown.tokens[:, 1:]), positions,
+                              cache, block_mask=mask)  # (B, N-1, C)
+                here = jnp.asarray(tree.depth[1:] == d - 1)[None, :, None]
+                feats = feats.at[:, 1:].set(jnp.where(here, out, feats[:, 1:]))
+                q_nodes = q_nodes.at[:, 1:].set(jnp.where(
+                    here, sampling_probs(target.wte.attend(out), sp), q_nodes[:, 1:]))
+            grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
+        return grown.tokens, grown.node_q, state
+
+
+DRAFTERS = {"medusa": MedusaDrafter, "eagle": EagleDrafter, "mtp": MTPDrafter}

@@ -1,0 +1,170 @@
+"""Draft heads that read the target's own features: Medusa, EAGLE and multi-token prediction.
+
+A separate draft model re-reads the text with a small brain of its own. These heads instead sit
+*on top of the target* and reuse what it already computed in the verify pass: its hidden
+features, its token embedding and its output layer (frozen, shared — the heads add only a
+few small matrices). Three designs, from least to most conditioning on the drafted tokens:
+
+- **Medusa** (Cai et al., 2024): K independent heads on the last feature f_t = ln_f(h_t);
+  head k is one residual block, f + SiLU(W_k f), read by the target's output layer, and
+  predicts the token k+1 steps ahead. All K drafts come from ONE feature, in parallel — cheap,
+  but head 3 cannot know what heads 1 and 2 guessed.
+- **EAGLE** (Li et al., 2024): one transformer layer that runs autoregressively at the
+  *feature* level. Its input at position i is [f_i ; embed(token i+1)] (fused by one linear
+  layer); its output is the predicted next feature f̂_{i+1}, which the target's output layer
+  turns into the law of token i+2. Drafting feeds f̂ and the sampled token back in. Accepted
+  tokens are re-read with the target's *real* features, so errors do not accumulate.
+- **MTP** (multi-token prediction, DeepSeek-V3 style): K sequential modules; module k combines
+  the previous depth's representation with the embedding of the next token,
+  proj([LN(h^{k-1}_i) ; LN(embed(token i+k))]), adds an MLP block, and predicts token i+k+1.
+  Like EAGLE it conditions on the drafted tokens; unlike EAGLE each depth has its own weights
+  and (here) no attention, so it needs no cache of its own.
+
+`HeadConfig` travels in the checkpoint's metadata; weights are saved like the models
+(float16 safetensors, GPT-2 style names, sha256 in MANIFEST).
+
+What this file deliberately leaves out: Medusa's separate per-head output layers (ours share
+the target's), EAGLE's dynamic draft trees (tree.py verifies static trees), training (see
+train_heads.py) and the drafting loops (see feature_drafters.py).
+"""
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
+
+from nanospec.cache import KVCache, attention_mask, init_cache
+from nanospec.checkpoint import STORAGE_DTYPE, load_tensors_into, record_file, state_to_tensors, verify_file
+from nanospec.errors import UserError
+from nanospec.fileio import atomic_write
+from nanospec.model import Block, ModelConfig, _linear
+
+KINDS = ("medusa", "eagle", "mtp")
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    kind: str  # "medusa", "eagle" or "mtp"
+    d_model: int = 384  # the target's feature width (heads live in its space)
+    vocab_size: int = 2048  # the target's vocabulary
+    n_ctx: int = 256  # the target's context (EAGLE's position table and cache)
+    depth: int = 4  # Medusa heads / MTP modules: the most tokens one round can draft
+    n_head: int = 6  # EAGLE's attention heads
+    mlp_mult: int = 4  # MTP modules' MLP width over d_model (EAGLE's block is GPT-2's: 4)
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    @classmethod
+    def for_target(cls, kind: str, target: ModelConfig, depth: int = 4) -> "HeadConfig":
+        if kind not in KINDS:
+            raise UserError(f"Unknown head kind {kind!r}; choose one of {', '.join(KINDS)}.")
+        # MTP's MLPs are half GPT-2's width: four modules run in a row every round, and at
+        # 4x they would weigh half the target (5.9M parameters) for little more acceptance.
+        return cls(kind, target.d_model, target.vocab_size, target.n_ctx, depth, target.n_head,
+                   mlp_mult=2 if kind == "mtp" else 4)
+
+    def block_config(self) -> ModelConfig:
+        """EAGLE's one layer is a GPT-2 block of the target's width."""
+        return ModelConfig(name="eagle", vocab_size=self.vocab_size, n_ctx=self.n_ctx, n_layer=1,
+                           n_head=self.n_head, d_model=self.d_model)
+
+
+class MedusaHeads(nnx.Module):
+    def __init__(self, hc: HeadConfig, rngs: nnx.Rngs):
+        # Zero init: every head starts as the target's own next-token head, then learns to
+        # look further ahead (as Medusa does).
+        self.res = nnx.List([nnx.Linear(hc.d_model, hc.d_model, kernel_init=nnx.initializers.zeros,
+                                        rngs=rngs) for _ in range(hc.depth)])
+
+    def __call__(self, f):
+        """f (..., C) normalised target feature -> (..., K, C), one feature per head."""
+        return jnp.stack([f + jax.nn.silu(lin(f)) for lin in self.res], axis=-2)
+
+
+class EagleHead(nnx.Module):
+    def __init__(self, hc: HeadConfig, rngs: nnx.Rngs):
+        bc = hc.block_config()
+        self.cfg = bc
+        self.fc = _linear(rngs, 2 * hc.d_model, hc.d_model)  # [feature ; token embedding] -> C
+        self.wpe = nnx.Embed(hc.n_ctx, hc.d_model, embedding_init=nnx.initializers.normal(0.02),
+                             rngs=rngs)
+        self.block = Block(bc, rngs)
+
+    def empty_cache(self, batch: int) -> KVCache:
+        return init_cache(1, self.cfg.n_head, self.cfg.head_dim, batch, self.cfg.n_ctx)
+
+    def __call__(self, f, emb, positions, cache: KVCache | None = None, block_mask=None):
+        """f, emb (B, T, C): feature at position i and embedding of token i+1 -> f̂_{i+1}.
+
+        Same cache contract as the model: the T new pairs go to slots `length ..`; a tree of
+        pairs passes its ancestor matrix as `block_mask`.
+        """
+        B, T, _ = f.shape
+        if cache is None:
+            cache = init_cache(1, self.cfg.n_head, self.cfg.head_dim, B, T)
+        mask = attention_mask(cache.length, T, cache.capacity, block_mask)  # (B, T, S)
+        x = self.fc(jnp.concatenate([f, emb], axis=-1)) + self.wpe(positions)  # (B, T, C)
+        x, k, v = self.block(x, cache.k[0], cache.v[0], cache.length, mask)
+        return x, KVCache((k,), (v,), cache.length + T)
+
+
+class MTPModule(nnx.Module):
+    def __init__(self, hc: HeadConfig, rngs: nnx.Rngs):
+        C = hc.d_model
+        self.ln_h = nnx.LayerNorm(C, rngs=rngs)
+        self.ln_e = nnx.LayerNorm(C, rngs=rngs)
+        self.proj = _linear(rngs, 2 * C, C)
+        self.ln_2 = nnx.LayerNorm(C, rngs=rngs)
+        self.c_fc = _linear(rngs, C, hc.mlp_mult * C)
+        self.c_proj = _linear(rngs, hc.mlp_mult * C, C)
+        self.ln_out = nnx.LayerNorm(C, rngs=rngs)  # before the shared output layer
+
+    def __call__(self, h, emb):
+        """h (..., C) previous depth's representation, emb (..., C) -> (h^k, feature for logits)."""
+        x = self.proj(jnp.concatenate([self.ln_h(h), self.ln_e(emb)], axis=-1))
+        x = x + self.c_proj(jax.nn.gelu(self.c_fc(self.ln_2(x)), approximate=True))
+        return x, self.ln_out(x)
+
+
+class MTPHeads(nnx.Module):
+    def __init__(self, hc: HeadConfig, rngs: nnx.Rngs):
+        self.layers = nnx.List([MTPModule(hc, rngs) for _ in range(hc.depth)])
+
+
+def build(hc: HeadConfig, seed: int = 0) -> nnx.Module:
+    return {"medusa": MedusaHeads, "eagle": EagleHead, "mtp": MTPHeads}[hc.kind](hc, nnx.Rngs(seed))
+
+
+# ------------------------------------------------------------------ checkpoints
+
+
+def save_head(ckpt_dir: str | Path, hc: HeadConfig, params, info: dict | None = None) -> Path:
+    """Write `<kind>.safetensors` atomically and record it (and how it was made) in MANIFEST."""
+    path = Path(ckpt_dir) / f"{hc.name}.safetensors"
+    blob = st_save(state_to_tensors(params, STORAGE_DTYPE),
+                   metadata={"head": json.dumps(asdict(hc)), "dtype": "float16"})
+    atomic_write(path, blob)
+    record_file(ckpt_dir, path.name, info)
+    return path
+
+
+def load_head(ckpt_dir: str | Path, kind: str):
+    """Load `<kind>.safetensors` -> (HeadConfig, graphdef, params), sha256-checked."""
+    path = verify_file(ckpt_dir, f"{kind}.safetensors")
+    blob = path.read_bytes()
+    try:
+        tensors = st_load(blob)
+        header_len = int.from_bytes(blob[:8], "little")
+        hc = HeadConfig(**json.loads(json.loads(blob[8:8 + header_len])["__metadata__"]["head"]))
+    except Exception as e:  # any parse failure means "not a head checkpoint"
+        raise UserError(f"{path} is not a valid nanospec head checkpoint ({type(e).__name__}).") from None
+    graphdef, params = nnx.split(build(hc))
+    load_tensors_into(params, tensors, where=str(path))
+    return hc, graphdef, params

@@ -1,0 +1,130 @@
+"""Timing probes for `nanospec bench`: what each piece of a speculative round costs here.
+
+Each probe is a zero-argument function around one compiled program; `interleaved_medians`
+times them round-robin (so a noisy neighbour slows them all alike) and takes medians.
+
+    decode_probe   prefill + n greedy decode steps of one model (T_ar from two n's)
+    forward_probe  FORWARD_CALLS cached target passes over a block of γ+1 tokens (r)
+    round_probe    FORWARD_CALLS drafting rounds *in place*, interleaved with target passes (c)
+    extra_cost     parameters and memory a method adds beside the target (not a timing)
+
+What this file deliberately leaves out: any assertion about time (tests never make one).
+"""
+
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+from nanospec.cache import init_cache, rollback
+from nanospec.generate import _generate, pad_prompts
+from nanospec.model import count_params, forward
+from nanospec.sampling import GREEDY, SamplingParams
+from nanospec.speculative import prefill
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - t0
+
+
+def interleaved_medians(probes: dict, repeats: int) -> dict:
+    """Median seconds of every probe, timed round-robin so noise hits all of them alike."""
+    for fn in probes.values():  # compile and warm up
+        jax.block_until_ready(fn())
+    samples: dict = {k: [] for k in probes}
+    for _ in range(repeats):
+        for k, fn in probes.items():
+            samples[k].append(_timed(fn))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def decode_probe(model, prompt: list[int], n: int):
+    """Prefill + n greedy decode steps at batch 1 (EOS disabled): the autoregressive loop."""
+    cfg, g, p = model
+    tokens, lengths = pad_prompts([prompt], cfg.n_ctx)
+    return lambda: _generate(g, p, cfg, tokens, lengths, jax.random.key(0), GREEDY, jnp.int32(n), -1)
+
+
+FORWARD_CALLS = 32
+
+
+def forward_probe(model, block: int, context: int = 64):
+    """FORWARD_CALLS cached forward passes over `block` tokens, `context` tokens cached.
+
+    The cache is a traced argument carried through the loop (written, then rolled back), as in
+    the real loops — a cache baked in as a constant lets XLA precompute parts of attention.
+    """
+    cfg, g, p = model
+
+    @jax.jit
+    def loop(params, cache, tok):
+        def body(i, carry):  # each pass feeds on the previous pass's argmax: nothing to hoist
+            cache, tok = carry
+            logits, _, cache = forward(g, params, tok, context + jnp.arange(block)[None], cache)
+            return rollback(cache, cache.length - block), jnp.argmax(logits, -1).astype(jnp.int32)
+        return jax.lax.fori_loop(0, FORWARD_CALLS, body, (cache, tok))
+
+    cache = rollback(init_cache(cfg.n_layer, cfg.n_head, cfg.head_dim, 1, cfg.n_ctx), jnp.array([context]))
+    tok = jnp.zeros((1, block), jnp.int32)
+    return lambda: loop(p, cache, tok)
+
+
+def round_probe(target, drafter, dparams, prompt: list[int], gamma: int,
+                sp: SamplingParams = GREEDY):
+    """FORWARD_CALLS drafting rounds at batch 1, each: `propose` γ drafts, ONE target pass over
+    a (γ+1)-token block, `commit` of that pass's features. Minus forward_probe(γ+1), this is
+    the drafter's cost per round *in place*.
+
+    subtle: measured alone, a drafter looks cheaper than it is: between its calls the target's
+    ~46 MB of weights stream through the CPU caches and evict the drafter's, so in the real
+    loop a head's first step each round reads its weights from memory again (EAGLE: 2× the
+    stand-alone cost). Interleaving the target pass reproduces that.
+    The sampling parameters are traced, as in the real loop (a constant temperature would
+    let XLA skip half of sampling), and each round's key differs.
+    """
+    cfg, g, p = target
+    tokens, lengths = pad_prompts([prompt], cfg.n_ctx)
+    state = jax.jit(prefill, static_argnames=("graphdef", "cfg", "drafter", "gamma"))(
+        g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(0), gamma)
+
+    @jax.jit
+    def loop(params, dparams, dstate, cache, seq, length, sp):
+        start = length - 1  # (1,): batch 1
+
+        def body(i, carry):
+            dstate, cache, seq, used = carry
+            drafts, q, dstate = drafter.propose(dparams, dstate, seq, length,
+                                                jax.random.key(i), sp, gamma)
+            block = jnp.concatenate([seq[:, :1], drafts], axis=1)  # (1, γ+1)
+            logits, hidden, cache = forward(g, params, block, start[:, None] + jnp.arange(gamma + 1),
+                                            cache)
+            emitted = jnp.argmax(logits, -1).astype(jnp.int32)  # (1, γ+1)
+            dstate = drafter.commit(dparams, dstate, hidden, emitted, start, length)
+            # subtle: each round must wait for the last, as in the real loop — else XLA runs a
+            # drafter that ignores the target (draft model, prompt lookup) alongside its pass —
+            # so the verdict goes back into the text; `used` keeps the drafts and their laws
+            # alive (a drafter whose state ignores its drafts would be dead code).
+            seq = seq.at[:, start[0]].set(emitted[:, 0])
+            used = used + jnp.sum(drafts) + jnp.sum(q[..., 0])
+            return dstate, rollback(cache, start), seq, used
+        return jax.lax.fori_loop(0, FORWARD_CALLS, body, (dstate, cache, seq, jnp.float32(0)))
+
+    return lambda: loop(p, dparams, state.dstate, state.cache, state.seq, state.length, sp)
+
+
+def extra_cost(bundle, method: str, gamma: int) -> dict:
+    """Parameters a method adds to the target, and their memory plus the drafter's state's."""
+    if method == "ar":
+        return {"extra_params": 0, "extra_memory_mb": 0.0}
+    cfg, g, p = bundle.models["target"]
+    drafter, dparams = bundle.drafter(method)
+    own = dparams[0] if method in ("medusa", "eagle", "mtp") else dparams  # heads: (head, target)
+    n = count_params(own)
+    tokens, lengths = pad_prompts([[0, 0]], cfg.n_ctx)
+    state = jax.eval_shape(lambda: prefill(g, p, cfg, drafter, dparams, tokens, lengths,
+                                           jax.random.key(0), gamma))
+    state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state.dstate))
+    return {"extra_params": n, "extra_memory_mb": (4 * n + state_bytes) / 2**20}

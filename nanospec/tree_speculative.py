@@ -1,0 +1,109 @@
+"""Speculative decoding with token trees: grow a tree of drafts, verify it in ONE target pass.
+
+One round (`tree_step` = `tree_draft_phase` then `tree_verify_phase`):
+
+1. grow:   the drafter fills a static `Tree` (tree.py) depth by depth. Each node's children
+           come from the drafter's law at that node, either `top` (its k most likely tokens,
+           deterministic, so each child is a point mass: Medusa's trees) or `sample` (k i.i.d.
+           draws from that law: SpecInfer's trees);
+2. verify: the target scores every node at once: the block is the tree's tokens, the mask is
+           the tree's ancestor matrix, positions are start + depth;
+3. walk:   tree.verify_tree accepts at most one child per level (recursive rejection sampling)
+           and draws the correction or bonus token;
+4. commit: the accepted path's K/V move to consecutive slots (tree.compact_path) so the cache
+           looks as if the path had been a chain — only the accepted path survives — and
+           speculative.commit_round appends the tokens exactly as for a chain.
+
+Drafters grow trees with `propose_tree(dparams, dstate, seq, length, key, sp, tree, top)`
+-> (tokens (B, N), node_q (B, N, V), dstate), using tree_drafting.py for the choice itself,
+and see the accepted path (as a chain: the target's features along it, the emitted tokens)
+with `commit_tree`, which has `commit`'s signature — the draft model needs it to re-read
+the accepted tokens, because its own cache holds the tree in node order, not the path.
+
+Static vs traced, and the state, are those of speculative.py (the tree replaces γ; `hist`
+counts rounds by accepted depth). What this file deliberately leaves out: a step-wise
+(traced) driver — trees run in the fused loop only, so `--trace`/`--show` and the visualiser
+stay with chains — and dynamic trees that reshape per round (EAGLE-2).
+"""
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nanospec.errors import UserError
+from nanospec.model import ModelConfig, forward
+from nanospec.sampling import SamplingParams, sampling_probs
+from nanospec.speculative import SpecState, commit_round, prefill
+from nanospec.tree import Tree, compact_path, gather_path, tree_positions, verify_tree
+from nanospec.tree_drafting import Grown
+
+
+def tree_draft_phase(drafter, dparams, state: SpecState, sp: SamplingParams, tree: Tree, top: bool):
+    key = jax.random.fold_in(jax.random.fold_in(state.key, state.step), 0)
+    tokens, node_q, dstate = drafter.propose_tree(dparams, state.dstate, state.seq, state.length,
+                                                  key, sp, tree, top)
+    return Grown(tokens, node_q), state._replace(dstate=dstate)
+
+
+def tree_verify_phase(graphdef, params, cfg: ModelConfig, drafter, dparams, state: SpecState,
+                      grown: Grown, sp: SamplingParams, max_new, eos_id: int, tree: Tree):
+    """One target pass over the whole tree, the walk, compaction and the commit."""
+    B = grown.tokens.shape[0]
+    start = state.length - 1  # the root's position (and slot: the cache holds length - 1)
+    logits, hidden, cache = forward(graphdef, params, grown.tokens, tree_positions(start, tree),
+                                    state.cache, block_mask=jnp.asarray(tree.ancestor_mask))
+    p = sampling_probs(logits, sp)  # (B, N, V)
+    key = jax.random.fold_in(jax.random.fold_in(state.key, state.step), 1)
+    v = verify_tree(key, grown.tokens, grown.node_q, p, tree)
+
+    # The appended tokens: the path's drafted nodes, then the correction/bonus token.
+    path_tokens = gather_path(grown.tokens, v.path)  # (B, D+1): the root first
+    emitted = jnp.concatenate([path_tokens[:, 1:], jnp.zeros((B, 1), jnp.int32)], axis=1)
+    emitted = emitted.at[jnp.arange(B), v.n_accepted].set(v.token)  # (B, D+1)
+    cache = compact_path(cache, start, v.path, tree)
+    new_state, _ = commit_round(cfg, state, cache, v.n_accepted, emitted, max_new, eos_id,
+                                tree.size)
+    return new_state._replace(dstate=drafter.commit_tree(
+        dparams, state.dstate, gather_path(hidden, v.path), emitted, start, new_state.length))
+
+
+def tree_step(graphdef, params, cfg, drafter, dparams, state, sp, max_new, eos_id, tree, top):
+    grown, state = tree_draft_phase(drafter, dparams, state, sp, tree, top)
+    return tree_verify_phase(graphdef, params, cfg, drafter, dparams, state, grown, sp, max_new,
+                             eos_id, tree)
+
+
+@partial(jax.jit, static_argnames=("graphdef", "cfg", "drafter", "eos_id", "tree", "top"))
+def _fused_tree(graphdef, params, cfg, drafter, dparams, tokens, lengths, key, sp, max_new,
+                eos_id, tree, top):
+    # The state's counters are shaped by the accepted depth: a chain of γ = max_depth.
+    state = prefill(graphdef, params, cfg, drafter, dparams, tokens, lengths, key, tree.max_depth)
+    step = lambda s: tree_step(graphdef, params, cfg, drafter, dparams, s, sp, max_new, eos_id,
+                               tree, top)
+    return jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
+
+
+def check_tree(cfg: ModelConfig, drafter, lengths, max_new: int, tree: Tree) -> None:
+    if not hasattr(drafter, "propose_tree"):
+        raise UserError(f"{drafter.name} proposes a single continuation; token trees need a "
+                        f"drafter with a law at every node (draft, medusa, eagle or mtp).")
+    most = getattr(drafter, "max_gamma", None)
+    if most is not None and tree.max_depth > most:
+        raise UserError(f"{drafter.name} has {most} heads, so a tree can be at most {most} deep; "
+                        f"this one is {tree.max_depth}.")
+    if max_new < 1:
+        raise UserError(f"max_new_tokens must be at least 1, got {max_new}.")
+    longest = int(np.max(np.asarray(lengths)))
+    if longest + tree.size > cfg.n_ctx:
+        raise UserError(f"The prompt is {longest} tokens; a {tree.size}-node tree leaves no room "
+                        f"in the model's context of {cfg.n_ctx}. Shorten it or use a smaller tree.")
+
+
+def tree_generate(graphdef, params, cfg, drafter, dparams, tokens, lengths, key,
+                  sp: SamplingParams, max_new: int, eos_id: int, tree: Tree, top: bool) -> SpecState:
+    """Fused driver: the whole generation with token trees in one jitted `lax.while_loop`."""
+    check_tree(cfg, drafter, lengths, max_new, tree)
+    return _fused_tree(graphdef, params, cfg, drafter, dparams, tokens, lengths, key, sp,
+                       jnp.int32(max_new), eos_id, tree, top)

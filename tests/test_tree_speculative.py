@@ -1,0 +1,98 @@
+"""Token trees through the whole loop (tree_speculative.py): a chain-shaped tree IS the chain,
+greedy trees reproduce the target, and only the accepted path survives in the cache."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nanospec.drafters import DraftModel, PromptLookup
+from nanospec.errors import UserError
+from nanospec.generate import generate, pad_prompts
+from nanospec.model import forward
+from nanospec.sampling import GREEDY, SamplingParams
+from nanospec.speculative import generated, speculative_generate
+from nanospec.tree import Tree
+from nanospec.tree_speculative import _fused_tree, check_tree, tree_generate
+from tests.statistical.laws import PROMPT, PROMPT_B, tiny_drafters, tiny_pair
+
+PROMPTS = [PROMPT, PROMPT_B, [2, 2, 2, 1]]
+M = 6  # the tiny models hold 16 tokens: a 7-node tree needs 7 free slots per round
+
+
+@pytest.fixture(scope="module")
+def setup():
+    target, draft = tiny_pair()
+    drafters = {"draft": (DraftModel(draft[1], draft[0]), draft[2])}
+    drafters.update({k: v for k, v in tiny_drafters(target).items() if k != "ngram"})
+    tokens, lengths = pad_prompts(PROMPTS, target[0].n_ctx)
+    return target, drafters, tokens, lengths
+
+
+@pytest.mark.parametrize("name", ["draft", "medusa", "eagle", "mtp"])
+def test_a_chain_shaped_tree_is_the_chain(setup, name):
+    """Greedy, so both are deterministic: same tokens AND the same acceptance histogram."""
+    (cfg, g, p), drafters, tokens, lengths = setup
+    drafter, dparams = drafters[name]
+    chain = speculative_generate(g, p, cfg, drafter, dparams, tokens, lengths,
+                                 jax.random.key(0), GREEDY, M, -1, 3)
+    tree = tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(0),
+                         GREEDY, M, -1, Tree.chain(3), True)
+    assert generated(tree, lengths) == generated(chain, lengths)
+    np.testing.assert_array_equal(tree.hist, chain.hist)
+
+
+@pytest.mark.parametrize("widths", [(2, 2), (2, 1, 1)])
+@pytest.mark.parametrize("top", [True, False], ids=["top", "sample"])
+@pytest.mark.parametrize("name", ["draft", "medusa", "eagle", "mtp"])
+def test_greedy_trees_reproduce_the_target(setup, name, widths, top):
+    (cfg, g, p), drafters, tokens, lengths = setup
+    drafter, dparams = drafters[name]
+    ar, _ = generate(g, p, cfg, tokens, lengths, jax.random.key(0), GREEDY, M, -1)
+    state = tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(1),
+                          GREEDY, M, -1, Tree.from_branching(widths), top)
+    assert generated(state, lengths) == ar
+
+
+def test_only_the_accepted_path_survives_in_the_cache(setup):
+    """After sampled tree rounds, the target's cache equals a fresh pass over the committed
+    text: every accepted node's K/V was moved to its position, nothing else is visible.
+
+    (A row that stopped because the context was full may have junk written over its last
+    slots by later rounds of other rows — harmless, it never runs again; the sizes here keep
+    every row clear of that.)"""
+    (cfg, g, p), drafters, tokens, lengths = setup
+    drafter, dparams = drafters["draft"]
+    state = tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(3),
+                          SamplingParams.make(1.0), M, -1, Tree.from_branching((3, 1)), False)
+    assert int(jnp.sum(state.hist[:, 1:])) > 0  # some rounds did accept tree nodes
+    for b in range(len(PROMPTS)):
+        n = int(state.cache.length[b])
+        assert n == int(state.length[b]) - 1
+        _, _, fresh = forward(g, p, state.seq[b:b + 1, :n], jnp.arange(n)[None])
+        for layer in range(cfg.n_layer):
+            np.testing.assert_allclose(state.cache.k[layer][b, :n], fresh.k[layer][0], atol=1e-5)
+            np.testing.assert_allclose(state.cache.v[layer][b, :n], fresh.v[layer][0], atol=1e-5)
+
+
+def test_changing_the_temperature_does_not_recompile(setup):
+    (cfg, g, p), drafters, tokens, lengths = setup
+    drafter, dparams = drafters["medusa"]
+    tree = Tree.from_branching((2, 1))
+    run = lambda t: tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(0),
+                                  SamplingParams.make(t), M, -1, tree, True)
+    run(1.0)
+    before = _fused_tree._cache_size()
+    run(0.5)
+    run(0.0)
+    assert _fused_tree._cache_size() == before
+
+
+def test_trees_refuse_what_they_cannot_do(setup):
+    (cfg, g, p), drafters, tokens, lengths = setup
+    with pytest.raises(UserError, match="single continuation"):
+        check_tree(cfg, PromptLookup(5), lengths, M, Tree.chain(2))
+    with pytest.raises(UserError, match="at most 3 deep"):  # the tiny heads have depth 3
+        check_tree(cfg, drafters["medusa"][0], lengths, M, Tree.chain(4))
+    with pytest.raises(UserError, match="no room"):
+        check_tree(cfg, drafters["draft"][0], [cfg.n_ctx - 3], M, Tree.from_branching((2, 2)))
