@@ -125,10 +125,11 @@ def cmd_train(args) -> None:
 
     command = "nanospec " + shlex.join(sys.argv[1:])
     if args.what == "heads":
+        from nanospec.heads import KINDS
         from nanospec.train_heads import HeadsTrainConfig, acceptance_probe, train_heads
         hc = HeadsTrainConfig() if args.steps is None else HeadsTrainConfig(steps=args.steps)
         kinds = [k.strip() for k in (args.kinds or "medusa,eagle,mtp").split(",") if k.strip()]
-        if not kinds or any(k not in ("medusa", "eagle", "mtp") for k in kinds):
+        if not kinds or any(k not in KINDS for k in kinds):
             raise UserError(f"--kinds takes a comma-separated list of medusa, eagle, mtp; "
                             f"got {args.kinds!r}.")
         infos = train_heads(args.checkpoints, hc, command=command, kinds=kinds,

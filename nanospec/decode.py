@@ -23,6 +23,7 @@ from nanospec.checkpoint import load_models
 from nanospec.drafters import DraftModel, PromptLookup
 from nanospec.errors import UserError
 from nanospec.generate import _generate, new_tokens, pad_prompts
+from nanospec.heads import KINDS
 from nanospec.sampling import SamplingParams
 from nanospec.speculative import _fused, check_room, generated, speculative_rounds
 from nanospec.trace import events_from_step, metrics, run_end, run_start
@@ -30,7 +31,7 @@ from nanospec.tree import Tree
 from nanospec.tree_speculative import _fused_tree, check_tree
 
 METHODS = ("ar", "draft", "ngram", "medusa", "eagle", "mtp")
-HEADS = ("medusa", "eagle", "mtp")  # drafters that sit on the target (heads.py)
+HEADS = KINDS  # drafters that sit on the target (heads.py)
 EVERYTHING = ("target", "draft") + HEADS  # every shipped model and head
 
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 from nanospec.cache import init_cache, rollback
 from nanospec.generate import _generate, pad_prompts
+from nanospec.heads import KINDS
 from nanospec.model import count_params, forward
 from nanospec.sampling import GREEDY, SamplingParams
 from nanospec.speculative import prefill
@@ -121,7 +122,7 @@ def extra_cost(bundle, method: str, gamma: int) -> dict:
         return {"extra_params": 0, "extra_memory_mb": 0.0}
     cfg, g, p = bundle.models["target"]
     drafter, dparams = bundle.drafter(method)
-    own = dparams[0] if method in ("medusa", "eagle", "mtp") else dparams  # heads: (head, target)
+    own = dparams[0] if method in KINDS else dparams  # heads: (head, target)
     n = count_params(own)
     tokens, lengths = pad_prompts([[0, 0]], cfg.n_ctx)
     state = jax.eval_shape(lambda: prefill(g, p, cfg, drafter, dparams, tokens, lengths,
