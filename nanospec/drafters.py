@@ -131,8 +131,8 @@ class DraftModel:
 
 
 def lookup(seq: jax.Array, length: jax.Array, gamma: int, max_ngram: int, min_ngram: int):
-    """Prompt lookup for one row: find the latest earlier occurrence of the last n tokens
-    (n = max_ngram, then shorter) and propose the γ tokens that followed it.
+    """Prompt lookup for one row: find the earliest occurrence of the last n tokens (n =
+    max_ngram, then shorter) and propose the γ tokens that followed it.
 
     seq (S,), length (): returns (drafts (γ,), n_matched ()), n_matched = 0 when nothing matched.
 
@@ -140,6 +140,13 @@ def lookup(seq: jax.Array, length: jax.Array, gamma: int, max_ngram: int, min_ng
     what followed was "c a b", so the drafts are [c, a, b, c, ...]. The continuation runs up to
     the present and then wraps with the period of the match (here 3): a repeating pattern keeps
     repeating, and the drafts never read past the committed tokens.
+
+    Why the earliest occurrence (as Saxena's original and Hugging Face's do): text that is
+    said again tends to start again from the top — "Let me say them all back. The capital of"
+    continues like the *first* "The capital of", not the latest. Measured on the benchmark's
+    greedy outputs (tokens per round at γ = 4 / 8): repetitive 2.94 / 3.55 with the latest
+    occurrence and 3 tokens of context, 3.09 / 3.92 with the earliest and 5; code loses a
+    little (1.54 / 1.60 -> 1.45 / 1.52), facts nothing.
     """
     S = seq.shape[0]
     ends = jnp.arange(S)  # candidate end index j of an earlier occurrence
@@ -149,8 +156,8 @@ def lookup(seq: jax.Array, length: jax.Array, gamma: int, max_ngram: int, min_ng
         for i in range(n):  # seq[j - i] == seq[length - 1 - i] for every i < n
             ok &= seq[jnp.clip(ends - i, 0, S - 1)] == seq[jnp.clip(length - 1 - i, 0, S - 1)]
         found = jnp.any(ok) & (length > n)
-        latest = S - 1 - jnp.argmax(ok[::-1])  # the most recent occurrence
-        best_end = jnp.where(found, latest, best_end)
+        earliest = jnp.argmax(ok)  # the first True
+        best_end = jnp.where(found, earliest, best_end)
         best_n = jnp.where(found, n, best_n)
     period = length - 1 - best_end  # >= 1
     drafts = seq[best_end + 1 + jnp.arange(gamma) % period]  # (γ,)
@@ -168,7 +175,7 @@ class PromptLookup:
     """
 
     vocab_size: int
-    max_ngram: int = 3  # try to match the last 3 tokens first ...
+    max_ngram: int = 5  # try to match the last 5 tokens first ...
     min_ngram: int = 1  # ... down to the last one
     name: str = "ngram"
 
