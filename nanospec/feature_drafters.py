@@ -62,6 +62,22 @@ class _FeatureDrafter:
         head_params, target_params = dparams
         return nnx.merge(self.graphdef, head_params), nnx.merge(self.target_graphdef, target_params)
 
+    def output_layer(self, target) -> jax.Array:
+        """(K, C): the target's tied output matrix, or just its rows for the head's draft
+        vocabulary (FR-Spec: the output layer is the biggest read of a draft step; tokens left
+        out are never drafted, but the target can still emit them — the residual max(p − q, 0)
+        keeps their mass, so exactness does not care). Drafters take it once per round."""
+        w = target.wte.embedding[...]  # (V, C)
+        return w[np.asarray(self.hc.draft_vocab)] if self.hc.draft_vocab else w
+
+    def draft_logits(self, w, f) -> jax.Array:
+        """Features f (..., C) -> logits (..., V); outside the draft vocabulary: −inf."""
+        logits = f @ w.T
+        if not self.hc.draft_vocab:
+            return logits
+        full = jnp.full(f.shape[:-1] + (self.hc.vocab_size,), -jnp.inf, logits.dtype)
+        return full.at[..., np.asarray(self.hc.draft_vocab)].set(logits)
+
 
 @dataclass(frozen=True)
 class _LastFeature(_FeatureDrafter):
@@ -86,8 +102,9 @@ class MedusaDrafter(_LastFeature):
 
     def propose(self, dparams, feat, seq, length, key, sp, gamma):
         heads, target = self.parts(dparams)
+        w = self.output_layer(target)  # (K, C), read once per round
         feats = heads(target.ln_f(feat))[:, :gamma]  # (B, γ, C)
-        q = sampling_probs(target.wte.attend(feats), sp)  # (B, γ, V)
+        q = sampling_probs(self.draft_logits(w, feats), sp)  # (B, γ, V)
         keys = jax.random.split(key, gamma)
         drafts = jnp.stack([sample_rows(keys[i], q[:, i]) for i in range(gamma)], axis=1)  # (B, γ)
         return drafts, q, feat
@@ -95,7 +112,8 @@ class MedusaDrafter(_LastFeature):
     def propose_tree(self, dparams, feat, seq, length, key, sp, tree, top):
         """Head d's law is the same at every node of depth d − 1 (heads ignore the path)."""
         heads, target = self.parts(dparams)
-        q_heads = sampling_probs(target.wte.attend(heads(target.ln_f(feat))), sp)  # (B, K, V)
+        w = self.output_layer(target)
+        q_heads = sampling_probs(self.draft_logits(w, heads(target.ln_f(feat))), sp)  # (B, K, V)
         q_nodes = q_heads[:, np.minimum(tree.depth, self.hc.depth - 1)]  # (B, N, V)
         grown = plant(seq, length, tree, self.hc.vocab_size)
         for d in range(1, tree.max_depth + 1):
@@ -108,12 +126,13 @@ class MTPDrafter(_LastFeature):
 
     def propose(self, dparams, feat, seq, length, key, sp, gamma):
         heads, target = self.parts(dparams)
+        w = self.output_layer(target)
         keys = jax.random.split(key, gamma)
         h, token = feat, seq[jnp.arange(seq.shape[0]), length - 1]  # (B, C), (B,) = y
         drafts, qs = [], []
         for k in range(gamma):  # γ ≤ K: unrolled, each depth has its own weights
             h, out = heads.layers[k](h, target.wte(token))
-            q = sampling_probs(target.wte.attend(out), sp)  # (B, V)
+            q = sampling_probs(self.draft_logits(w, out), sp)  # (B, V)
             token = sample_rows(keys[k], q)
             drafts.append(token)
             qs.append(q)
@@ -123,6 +142,7 @@ class MTPDrafter(_LastFeature):
         """Module d reads, at each node of depth d − 1, its parent's representation and the
         node's own token (the root: the target's feature and the last committed token)."""
         heads, target = self.parts(dparams)
+        w = self.output_layer(target)
         grown = plant(seq, length, tree, self.hc.vocab_size)
         B, N = grown.tokens.shape
         h_nodes = jnp.zeros((B, N, feat.shape[-1]))
@@ -132,7 +152,7 @@ class MTPDrafter(_LastFeature):
             h, out = heads.layers[d - 1](h_in, target.wte(grown.tokens))  # every node: (B, N, C)
             here = jnp.asarray(tree.depth == d - 1)[None, :, None]
             h_nodes = jnp.where(here, h, h_nodes)
-            q_nodes = jnp.where(here, sampling_probs(target.wte.attend(out), sp), q_nodes)
+            q_nodes = jnp.where(here, sampling_probs(self.draft_logits(w, out), sp), q_nodes)
             grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
         return grown.tokens, grown.node_q, feat
 
@@ -169,16 +189,17 @@ class EagleDrafter(_FeatureDrafter):
 
     def propose(self, dparams, state, seq, length, key, sp, gamma):
         head, target = self.parts(dparams)
+        w = self.output_layer(target)
         cache, f = state  # cache holds L−1 pairs; f = f̂_{L−1}
         keys = jax.random.split(key, gamma)
-        q1 = sampling_probs(target.wte.attend(f), sp)  # (B, V)
+        q1 = sampling_probs(self.draft_logits(w, f), sp)  # (B, V)
         x1 = sample_rows(keys[0], q1)
 
         def draft_one(carry, i_and_key):  # feed (f̂, x_i) at position L−2+i, sample x_{i+1}
             cache, f, x = carry
             i, k = i_and_key
             out, cache = head(f[:, None], target.wte(x)[:, None], (length - 2 + i)[:, None], cache)
-            q = sampling_probs(target.wte.attend(out[:, 0]), sp)  # (B, V)
+            q = sampling_probs(self.draft_logits(w, out[:, 0]), sp)  # (B, V)
             x_next = sample_rows(k, q)
             return (cache, out[:, 0], x_next), (x_next, q)
 
@@ -192,12 +213,13 @@ class EagleDrafter(_FeatureDrafter):
         """The root's law comes from f̂_{L−1}; then one pass over the tree's pairs per depth:
         node c feeds (f̂ at its parent, its token) at position L−2+depth(c) and outputs f̂ at c."""
         head, target = self.parts(dparams)
+        w = self.output_layer(target)
         cache, f_root = state
         grown = plant(seq, length, tree, self.hc.vocab_size)
         B, N = grown.tokens.shape
         feats = jnp.zeros((B, N, f_root.shape[-1])).at[:, 0].set(f_root)
         q_nodes = jnp.zeros(grown.node_q.shape).at[:, 0].set(
-            sampling_probs(target.wte.attend(f_root), sp))
+            sampling_probs(self.draft_logits(w, f_root), sp))
         parents = parent_index(tree)[1:]
         positions = tree_positions(length - 2, tree)[:, 1:]  # (B, N-1)
         mask = jnp.asarray(tree.ancestor_mask[1:, 1:])
@@ -208,7 +230,7 @@ class EagleDrafter(_FeatureDrafter):
                 here = jnp.asarray(tree.depth[1:] == d - 1)[None, :, None]
                 feats = feats.at[:, 1:].set(jnp.where(here, out, feats[:, 1:]))
                 q_nodes = q_nodes.at[:, 1:].set(jnp.where(
-                    here, sampling_probs(target.wte.attend(out), sp), q_nodes[:, 1:]))
+                    here, sampling_probs(self.draft_logits(w, out), sp), q_nodes[:, 1:]))
             grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
         return grown.tokens, grown.node_q, state
 

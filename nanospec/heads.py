@@ -20,6 +20,11 @@ few small matrices). Three designs, from least to most conditioning on the draft
   Like EAGLE it conditions on the drafted tokens; unlike EAGLE each depth has its own weights
   and (here) no attention, so it needs no cache of its own.
 
+Two choices keep a draft step cheap, since on a CPU its cost is mostly reading weights: EAGLE's
+layer is half the target's width (projected back into the target's feature space), and every
+head can draft from a *draft vocabulary* (`HeadConfig.draft_vocab`, FR-Spec style): only those
+rows of the output layer are read, and the target, through the residual, still emits the rest.
+
 `HeadConfig` travels in the checkpoint's metadata; weights are saved like the models
 (float16 safetensors, GPT-2 style names, sha256 in MANIFEST).
 
@@ -56,6 +61,11 @@ class HeadConfig:
     depth: int = 4  # Medusa heads / MTP modules: the most tokens one round can draft
     n_head: int = 6  # EAGLE's attention heads
     mlp_mult: int = 4  # MTP modules' MLP width over d_model (EAGLE's block is GPT-2's: 4)
+    width: int = 0  # EAGLE's own width (0: the target's d_model); its output is projected back
+    draft_vocab: tuple = ()  # the head drafts among these token ids only (FR-Spec); (): all
+
+    def __post_init__(self):  # from JSON metadata the vocabulary arrives as a list
+        object.__setattr__(self, "draft_vocab", tuple(int(t) for t in self.draft_vocab))
 
     @property
     def name(self) -> str:
@@ -67,13 +77,19 @@ class HeadConfig:
             raise UserError(f"Unknown head kind {kind!r}; choose one of {', '.join(KINDS)}.")
         # MTP's MLPs are half GPT-2's width: four modules run in a row every round, and at
         # 4x they would weigh half the target (5.9M parameters) for little more acceptance.
+        # EAGLE's layer is half the target's width: a draft step's cost on a CPU is mostly
+        # reading weights, and at full width (2.2M parameters) it cost 0.17-0.29 of a target
+        # step in place — too dear for its acceptance to pay (README, "Every way to draft").
         return cls(kind, target.d_model, target.vocab_size, target.n_ctx, depth, target.n_head,
-                   mlp_mult=2 if kind == "mtp" else 4)
+                   mlp_mult=2 if kind == "mtp" else 4,
+                   width=target.d_model // 2 if kind == "eagle" else 0)
 
     def block_config(self) -> ModelConfig:
-        """EAGLE's one layer is a GPT-2 block of the target's width."""
+        """EAGLE's one layer is a GPT-2 block, `width` wide (64-dimensional attention heads)."""
+        width = self.width or self.d_model
+        n_head = self.n_head if width == self.d_model else max(1, width // 64)
         return ModelConfig(name="eagle", vocab_size=self.vocab_size, n_ctx=self.n_ctx, n_layer=1,
-                           n_head=self.n_head, d_model=self.d_model)
+                           n_head=n_head, d_model=width)
 
 
 class MedusaHeads(nnx.Module):
@@ -92,10 +108,12 @@ class EagleHead(nnx.Module):
     def __init__(self, hc: HeadConfig, rngs: nnx.Rngs):
         bc = hc.block_config()
         self.cfg = bc
-        self.fc = _linear(rngs, 2 * hc.d_model, hc.d_model)  # [feature ; token embedding] -> C
-        self.wpe = nnx.Embed(hc.n_ctx, hc.d_model, embedding_init=nnx.initializers.normal(0.02),
-                             rngs=rngs)
+        W = bc.d_model
+        self.fc = _linear(rngs, 2 * hc.d_model, W)  # [feature ; token embedding] -> W
+        self.wpe = nnx.Embed(hc.n_ctx, W, embedding_init=nnx.initializers.normal(0.02), rngs=rngs)
         self.block = Block(bc, rngs)
+        # A narrower layer projects its output back into the target's feature space.
+        self.out = _linear(rngs, W, hc.d_model) if W != hc.d_model else None
 
     def empty_cache(self, batch: int) -> KVCache:
         return init_cache(1, self.cfg.n_head, self.cfg.head_dim, batch, self.cfg.n_ctx)
@@ -112,6 +130,8 @@ class EagleHead(nnx.Module):
         mask = attention_mask(cache.length, T, cache.capacity, block_mask)  # (B, T, S)
         x = self.fc(jnp.concatenate([f, emb], axis=-1)) + self.wpe(positions)  # (B, T, C)
         x, k, v = self.block(x, cache.k[0], cache.v[0], cache.length, mask)
+        if self.out is not None:
+            x = self.out(x)
         return x, KVCache((k,), (v,), cache.length + T)
 
 

@@ -1,6 +1,9 @@
 """Draft heads: they save and load exactly, they learn from the frozen target, and their
 drafting state follows the protocol (the feature at L−2, EAGLE's cache over real pairs)."""
 
+import dataclasses
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -13,15 +16,17 @@ from nanospec.feature_drafters import DRAFTERS
 from nanospec.heads import KINDS, HeadConfig, build, load_head, save_head
 from nanospec.model import GPT, ModelConfig, forward
 from nanospec.train import TrainConfig, train, train_tokenizer
-from nanospec.train_heads import HeadsTrainConfig, train_heads
+from nanospec.sampling import SamplingParams
+from nanospec.train_heads import HeadsTrainConfig, corpus_vocabulary, train_heads
 
 SMALL_CORPUS = CorpusConfig(n_train_docs=60, n_val_docs=6)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_saved_head_loads_back_exactly(tmp_path, kind):
-    hc = HeadConfig("medusa" if kind == "medusa" else kind, d_model=32, vocab_size=50, n_ctx=16,
-                    depth=3, n_head=2)
+    # EAGLE narrower than the target (projected back), and a draft vocabulary, as shipped.
+    hc = HeadConfig(kind, d_model=32, vocab_size=50, n_ctx=16, depth=3, n_head=2,
+                    width=16 if kind == "eagle" else 0, draft_vocab=(0, 3, 7, 49))
     _, params = nnx.split(build(hc, seed=1))
     save_head(tmp_path, hc, params, {"note": "test"})
     hc2, _, params2 = load_head(tmp_path, kind)
@@ -30,6 +35,13 @@ def test_a_saved_head_loads_back_exactly(tmp_path, kind):
     assert a.keys() == b.keys()
     for name in a:
         np.testing.assert_array_equal(a[name].astype(np.float32), b[name])
+
+
+def test_the_corpus_vocabulary_is_the_tokens_seen_often_enough():
+    ids = np.array([5, 1, 5, 9, 1, 5])
+    assert corpus_vocabulary(ids, 12) == (1, 5, 9)
+    assert corpus_vocabulary(ids, 12, min_count=2) == (1, 5)
+    assert corpus_vocabulary(ids, 12, min_count=0) == ()  # () means the whole vocabulary
 
 
 def test_an_unknown_head_kind_is_a_user_error():
@@ -107,3 +119,35 @@ def test_eagle_state_is_the_same_whether_read_at_once_or_round_by_round(target):
     np.testing.assert_allclose(f_a, f_b, atol=1e-5)
     assert int(cache_a.length[0]) == int(cache_b.length[0]) == 7
     np.testing.assert_allclose(cache_a.k[0][:, :7], cache_b.k[0][:, :7], atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_draft_vocabulary_bounds_what_a_head_drafts(target, kind):
+    """Drafts and their laws stay inside the draft vocabulary, at T = 1 and greedy, and inside
+    it the law is the full output layer's law renormalised."""
+    cfg, g, p = target
+    vocab = tuple(range(0, cfg.vocab_size, 3))
+    hc = dataclasses.replace(HeadConfig.for_target(kind, cfg, depth=3), draft_vocab=vocab)
+    hg, hp = nnx.split(build(hc, seed=4))
+    hp = jax.tree.map(lambda x: x + 0.5 * jax.random.normal(jax.random.key(1), x.shape), hp)
+    drafter = DRAFTERS[kind](hg, hc, g)
+    full = DRAFTERS[kind](hg, dataclasses.replace(hc, draft_vocab=()), g)
+    tokens = jnp.array([[1, 2, 3, 4, 5, 6]] * 64)
+    _, hidden, _ = forward(g, p, tokens, jnp.broadcast_to(jnp.arange(6), tokens.shape))
+    outside = np.setdiff1d(np.arange(cfg.vocab_size), vocab)
+    for t in (1.0, 0.0):
+        sp = SamplingParams.make(t)
+        args = (jnp.pad(tokens, ((0, 0), (0, 10))), jnp.full(64, 6), jax.random.key(0), sp, 3)
+        state = drafter.init((hp, p), tokens, jnp.full(64, 6), hidden)
+        drafts, q, _ = drafter.propose((hp, p), state, *args)
+        assert np.isin(np.asarray(drafts), vocab).all()
+        np.testing.assert_array_equal(np.asarray(q)[..., outside], 0.0)
+        np.testing.assert_allclose(np.asarray(q).sum(-1), 1.0, rtol=1e-5)
+    # The first draft's law, over the vocabulary, is the whole layer's law renormalised.
+    _, q_full, _ = full.propose((hp, p), full.init((hp, p), tokens, jnp.full(64, 6), hidden),
+                                *args[:3], SamplingParams.make(1.0), 3)
+    q_full = np.asarray(q_full)[:, 0]
+    _, q, _ = drafter.propose((hp, p), drafter.init((hp, p), tokens, jnp.full(64, 6), hidden),
+                              *args[:3], SamplingParams.make(1.0), 3)
+    expected = q_full[:, list(vocab)] / q_full[:, list(vocab)].sum(-1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(q)[:, 0][:, list(vocab)], expected, rtol=1e-4, atol=1e-6)

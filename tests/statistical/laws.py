@@ -24,6 +24,8 @@ V = 5  # vocabulary of the tiny models
 N_CTX = 16
 PROMPT = [1, 3]  # two tokens: the loop needs the last two committed tokens to exist
 PROMPT_B = [4, 0, 2]  # a second prompt of another length, for batches of mixed rows
+DRAFT_VOCAB = (0, 1, 2, 4)  # the heads' draft vocabulary: token 3 is never drafted
+EAGLE_OUT_SCALE = 0.1
 
 
 def tiny_lm(seed: int, n_layer: int = 2, d_model: int = 16, scale: float = 12.0):
@@ -176,6 +178,9 @@ def tiny_drafters(target, depth: int = 3) -> dict:
     The heads get random weights (scaled like tiny_lm's, Medusa's zero init replaced), so their
     laws are peaked and disagree with the target often: accepts, rejections, residuals and
     bonus tokens all happen many times in N runs. Exactness must not depend on head quality.
+    Shaped as shipped: EAGLE's layer is half the target's width, and EAGLE and MTP draft from a
+    draft vocabulary that leaves token 3 out (only the residual can supply it), while Medusa
+    reads the whole output layer — both paths through `draft_logits` are covered.
     """
     from nanospec.drafters import PromptLookup
     from nanospec.feature_drafters import DRAFTERS
@@ -185,12 +190,18 @@ def tiny_drafters(target, depth: int = 3) -> dict:
     out = {"ngram": (PromptLookup(V, max_ngram=2), ())}
     for i, kind in enumerate(KINDS):
         hc = HeadConfig(kind, d_model=cfg.d_model, vocab_size=V, n_ctx=N_CTX, depth=depth,
-                        n_head=cfg.n_head)
+                        n_head=cfg.n_head, width=cfg.d_model // 2 if kind == "eagle" else 0,
+                        draft_vocab=() if kind == "medusa" else DRAFT_VOCAB)
         graphdef, params = nnx.split(build(hc, seed=10 + i))
         leaves, treedef = jax.tree.flatten(params)
         keys = jax.random.split(jax.random.key(20 + i), len(leaves))
         leaves = [jax.random.normal(k, x.shape) * (3.0 / x.shape[0] ** 0.5) if x.ndim >= 2 else x
                   for k, x in zip(keys, leaves)]
-        out[kind] = (DRAFTERS[kind](graphdef, hc, g), (jax.tree.unflatten(treedef, leaves), p))
+        params = jax.tree.unflatten(treedef, leaves)
+        if kind == "eagle":  # its projection back to the target's width, scaled like the
+            # rest, makes f̂ so large that q is one-hot (a head that never samples, which the
+            # wrong-temperature power test cannot tell from a right one): soften it.
+            params["out"]["kernel"] = params["out"]["kernel"] * EAGLE_OUT_SCALE
+        out[kind] = (DRAFTERS[kind](graphdef, hc, g), (params, p))
     return out
 
