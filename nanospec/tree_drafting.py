@@ -4,9 +4,9 @@ A drafter grows a static `Tree` depth by depth: it computes its law at every nod
 d − 1 (a draft-model or EAGLE pass over the tree so far, an MTP module, a Medusa head), then
 `pick_children` fills depth d from those laws, either
 
-- top:    the k-th child of a node is the k-th most likely token of the node's law. The choice
-          is deterministic, so each child is a point mass, node_q = one-hot(x) — exact at any
-          temperature (Medusa's trees); or
+- top:    the k-th child of a node is the k-th most likely token of the node's law (its law
+          at T = 1: tree_speculative.py says why). The choice is deterministic, so each child
+          is a point mass, node_q = one-hot(x) — exact at any temperature (Medusa's trees); or
 - sample: each child is an independent draw from its parent's law, node_q = that law
           (SpecInfer's trees; duplicates among siblings are allowed, and needed for exactness).
 

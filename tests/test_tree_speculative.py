@@ -13,7 +13,8 @@ from nanospec.model import forward
 from nanospec.sampling import GREEDY, SamplingParams
 from nanospec.speculative import generated, speculative_generate
 from nanospec.tree import Tree
-from nanospec.tree_speculative import _fused_tree, check_tree, tree_generate
+from nanospec.speculative import prefill
+from nanospec.tree_speculative import _fused_tree, check_tree, tree_draft_phase, tree_generate
 from tests.statistical.laws import PROMPT, PROMPT_B, tiny_drafters, tiny_pair
 
 PROMPTS = [PROMPT, PROMPT_B, [2, 2, 2, 1]]
@@ -96,3 +97,22 @@ def test_trees_refuse_what_they_cannot_do(setup):
         check_tree(cfg, drafters["medusa"][0], lengths, M, Tree.chain(4))
     with pytest.raises(UserError, match="no room"):
         check_tree(cfg, drafters["draft"][0], [cfg.n_ctx - 3], M, Tree.from_branching((2, 2)))
+
+
+@pytest.mark.parametrize("name", ["draft", "medusa", "eagle", "mtp"])
+def test_top_k_siblings_are_the_drafters_real_guesses_whatever_the_sampling(setup, name):
+    """Top-k siblings are point masses, so they may be chosen by any rule; they are ranked by
+    the drafter's law at T = 1. Ranked by the sampling law, greedy decoding (a one-hot law)
+    made every second sibling an arbitrary zero-probability token, and trees accepted no more
+    than chains. So: the same siblings greedy, at T = 1 and at T = 0.7 with top-k 1."""
+    (cfg, g, p), drafters, tokens, lengths = setup
+    drafter, dparams = drafters[name]
+    tree = Tree.from_branching((3, 1))
+    state = prefill(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(0), 2)
+    grown = {t: tree_draft_phase(drafter, dparams, state, sp, tree, True)[0].tokens
+             for t, sp in (("greedy", GREEDY), ("T1", SamplingParams.make(1.0)),
+                           ("cut", SamplingParams.make(0.7, 1, 1.0)))}
+    np.testing.assert_array_equal(grown["greedy"], grown["T1"])
+    np.testing.assert_array_equal(grown["cut"], grown["T1"])
+    first = np.asarray(grown["greedy"])[:, 1:4]  # the root's three children
+    assert all(len(set(row)) == 3 for row in first.tolist())
