@@ -15,9 +15,10 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(BIN)/nanospec demo
 
-# Everything, the large-N statistical runs included (this is what CI runs).
+# Everything, the large-N statistical runs included (this is what CI runs), on up to four
+# worker processes (pytest-xdist): XLA compiles on one core, so two workers nearly halve it.
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest -m "slow or not slow" -q
+	$(BIN)/python -m pytest -m "slow or not slow" -q -n auto --maxprocesses 4
 
 # The fast layer only, for the edit-test loop.
 test-fast: $(VENV)/.installed
