@@ -10,7 +10,7 @@ together are pooled into one column) must not reject: p-value > 1e-4, so the fal
 probability is 1e-4 per drafter (5e-4 for the five). Power check: the draft model's own
 samples (a different law) are rejected with p < 1e-12 by the same statistic.
 
-The cost is N prompt passes per sample, so the prompts go in unpadded (7 tokens, not a
+The cost is N prompt passes per sample, so the prompts go in unpadded (8 tokens, not a
 16-token bucket), and the runs use a 32-slot context instead of 256: the prompt and its
 continuations fit, and the weights and laws are the shipped models' own (empty cache slots are
 masked out either way).
