@@ -17,7 +17,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from nanospec.checkpoint import load_models
 from nanospec.drafters import DraftModel, PromptLookup
@@ -25,8 +24,8 @@ from nanospec.errors import UserError
 from nanospec.generate import _generate, new_tokens, pad_prompts
 from nanospec.heads import KINDS
 from nanospec.sampling import SamplingParams
-from nanospec.speculative import _fused, check_room, generated, speculative_rounds
-from nanospec.trace import events_from_step, metrics, run_end, run_start
+from nanospec.speculative import _fused, check_room, generated, speculative_rounds, state_metrics
+from nanospec.trace import events_from_step, run_end, run_start
 from nanospec.tree import Tree
 from nanospec.tree_speculative import _fused_tree, check_tree
 
@@ -116,7 +115,7 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
             dict(params=params, dparams=dparams, tokens=tokens, lengths=lengths, key=key, sp=sp,
                  max_new=jnp.int32(max_new)))
         outs = generated(state, lengths)
-        stats.update(metrics(np.asarray(state.hist).sum(0).tolist(), int(np.sum(state.n_new))))
+        stats.update(state_metrics(state))
     else:
         drafter, dparams = bundle.drafter(method)
         check_gamma(drafter, gamma)
@@ -140,7 +139,7 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
                 dict(params=params, dparams=dparams, tokens=tokens, lengths=lengths, key=key, sp=sp,
                      max_new=jnp.int32(max_new)))
         outs = generated(state, lengths)
-        stats.update(metrics(np.asarray(state.hist).sum(0).tolist(), int(np.sum(state.n_new))))
+        stats.update(state_metrics(state))
 
     n_new = sum(len(o) for o in outs)
     compile_s = timing["compile_s"]

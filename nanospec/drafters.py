@@ -13,6 +13,14 @@ deterministic drafter returns one-hot rows (a point mass). The drafter keeps wha
 likes (a KV cache, an index) and must cope with any number of its drafts being rejected: the
 committed `length` it is given next time is the truth.
 
+A drafter may also say how many of its γ drafts to verify this round (else all γ):
+
+    draft_length(seq, length, γ)                             -> n_draft (B,) in 0..γ
+
+The verify pass then judges only those, and a round where no row proposes any is an ordinary
+decode step over one token (speculative.target_pass) — cheaper than a (γ+1)-token pass. It
+must depend only on what the drafter knows before the target is consulted.
+
 `hidden` is what the target computed: over the padded prompt at `init`, and over the verify
 block [last, x₁..x_γ] (positions start.., `emitted[j]` is the token appended at position
 start+1+j) at `commit`, after every round. The two drafters here ignore it; the heads in
@@ -172,20 +180,33 @@ class PromptLookup:
     mass, q = one-hot(x). The verify rule then accepts x with probability p(x), and on a
     rejection resamples from p with x removed — exact at every temperature. It shines when the
     output repeats the input (quoting, code edits, lists) and costs almost nothing otherwise.
+
+    When nothing matches (the last token never occurred before), there is nothing worth
+    copying: with `skip_unmatched` it proposes no drafts and the round is a plain one-token
+    decode step, as serving engines do (vLLM's n-gram proposer returns no proposal). The
+    rounds that would verify γ + 1 hopeless tokens (1.3-1.7 target steps each here) cost one
+    step instead (README, "Every way to draft").
     """
 
     vocab_size: int
     max_ngram: int = 5  # try to match the last 5 tokens first ...
     min_ngram: int = 1  # ... down to the last one
+    skip_unmatched: bool = True  # no match -> no drafts (a decode step), rather than γ guesses
     name: str = "ngram"
 
     def init(self, dparams, tokens, lengths, hidden=None):
         return ()  # stateless: the committed tokens are the whole index
 
+    def _lookup(self, seq, length, gamma):
+        return jax.vmap(lambda s, n: lookup(s, n, gamma, self.max_ngram, self.min_ngram))(seq, length)
+
     def propose(self, dparams, dstate, seq, length, key, sp, gamma):
-        drafts, _ = jax.vmap(lambda s, n: lookup(s, n, gamma, self.max_ngram, self.min_ngram))(
-            seq, length)  # (B, γ)
+        drafts, _ = self._lookup(seq, length, gamma)  # (B, γ)
         return drafts, jax.nn.one_hot(drafts, self.vocab_size, dtype=jnp.float32), dstate
+
+    def draft_length(self, seq, length, gamma):
+        _, matched = self._lookup(seq, length, gamma)  # the same lookup: XLA computes it once
+        return jnp.where((matched > 0) | (not self.skip_unmatched), gamma, 0).astype(jnp.int32)
 
     def commit(self, dparams, dstate, hidden, emitted, start, length):
         return dstate

@@ -2,7 +2,8 @@
 
 One round (`speculative_step` = `draft_phase` then `verify_phase`):
 
-1. draft:  the drafter proposes x₁..x_γ and their laws q₁..q_γ;
+1. draft:  the drafter proposes x₁..x_γ and their laws q₁..q_γ (a drafter with `draft_length`
+           may propose fewer, down to none: then the round is a one-token decode step);
 2. verify: ONE target pass over the block [last committed token, x₁..x_γ] gives p₁..p_{γ+1};
 3. accept / reject / residual / bonus (verify.py) -> n accepted drafts plus one more token;
 4. commit: append x₁..x_n and that token, roll both caches back to the committed length.
@@ -34,6 +35,7 @@ from nanospec.drafters import take_rows
 from nanospec.errors import UserError
 from nanospec.model import ModelConfig, forward
 from nanospec.sampling import SamplingParams, sampling_probs
+from nanospec.trace import metrics
 from nanospec.verify import Verdict, verify
 
 TOP = 5  # how many of the most likely tokens a trace keeps per position (for display)
@@ -47,6 +49,8 @@ class SpecState(NamedTuple):
     n_new: jax.Array  # (B,) int32: tokens generated so far
     done: jax.Array  # (B,) bool
     hist: jax.Array  # (B, γ+1) int32: rounds that accepted 0, 1, ..., γ drafts (trace.metrics)
+    drafted: jax.Array  # (B,) int32: drafts proposed (γ per round, unless the drafter chose fewer)
+    rejected: jax.Array  # (B,) int32: rounds that ended in a rejection (not in a bonus token)
     step: jax.Array  # () int32: rounds taken by the loop (keys are fold_in(key, step))
     key: jax.Array
 
@@ -54,6 +58,7 @@ class SpecState(NamedTuple):
 class Drafted(NamedTuple):  # what the draft phase hands to the verify phase
     drafts: jax.Array  # (B, γ) int32
     q: jax.Array  # (B, γ, V) the law each draft was drawn from
+    n_draft: jax.Array  # (B,) int32: how many of them are proposed (the rest: padding)
 
 
 class StepTrace(NamedTuple):
@@ -62,6 +67,7 @@ class StepTrace(NamedTuple):
     live: jax.Array  # (B,) bool: the row took part in this round
     start: jax.Array  # (B,) int32: committed length before the round
     drafts: jax.Array  # (B, γ)
+    n_draft: jax.Array  # (B,) int32: drafts proposed (the first n_draft of `drafts`)
     verdict: Verdict  # n_accepted, accepted, token, is_bonus, u, p_x, q_x, extra_probs
     n_emitted: jax.Array  # (B,) tokens appended (n + 1, cut short by EOS or max_new)
     emitted: jax.Array  # (B, γ+1) the appended tokens (valid up to n_emitted)
@@ -92,13 +98,41 @@ def prefill(graphdef, params, cfg: ModelConfig, drafter, dparams, tokens, length
     dstate = drafter.init(dparams, tokens, lengths, hidden)
     return SpecState(seq, lengths, rollback(cache, lengths - 1), dstate,
                      jnp.zeros(B, jnp.int32), jnp.zeros(B, bool), jnp.zeros((B, gamma + 1), jnp.int32),
-                     jnp.int32(0), key)
+                     jnp.zeros(B, jnp.int32), jnp.zeros(B, jnp.int32), jnp.int32(0), key)
 
 
 def draft_phase(drafter, dparams, state: SpecState, sp: SamplingParams, gamma: int):
     key = jax.random.fold_in(jax.random.fold_in(state.key, state.step), 0)
     drafts, q, dstate = drafter.propose(dparams, state.dstate, state.seq, state.length, key, sp, gamma)
-    return Drafted(drafts, q), state._replace(dstate=dstate)
+    n_draft = (drafter.draft_length(state.seq, state.length, gamma) if variable_length(drafter)
+               else jnp.full(drafts.shape[:1], gamma, jnp.int32))
+    return Drafted(drafts, q, n_draft), state._replace(dstate=dstate)
+
+
+def variable_length(drafter) -> bool:
+    """Drafters with `draft_length` may propose fewer than γ drafts in a round (drafters.py)."""
+    return hasattr(drafter, "draft_length")
+
+
+def target_pass(graphdef, params, block, positions, cache, n_draft, live, variable: bool):
+    """The verify pass over [last, x₁..x_γ] — or, when no live row proposed a draft, over
+    [last] alone (an ordinary decode step, 1 token instead of γ+1), padded back to γ+1.
+
+    subtle: both branches are compiled into the loop and `lax.cond` runs one; the padding
+    (logits and features of positions no row proposed) is never read — verify stops at
+    n_draft — and the cache slots it stands for are rolled back like any rejected draft's.
+    """
+    if not variable:
+        return forward(graphdef, params, block, positions, cache)
+    W = block.shape[1]
+
+    def one_token():
+        logits, hidden, c = forward(graphdef, params, block[:, :1], positions[:, :1], cache)
+        pad = lambda x: jnp.pad(x, ((0, 0), (0, W - 1), (0, 0)))
+        return pad(logits), pad(hidden), c._replace(length=c.length + W - 1)
+
+    return jax.lax.cond(jnp.any(live & (n_draft > 0)),
+                        lambda: forward(graphdef, params, block, positions, cache), one_token)
 
 
 def committed_cache_length(new_length: jax.Array) -> jax.Array:
@@ -128,28 +162,30 @@ def verify_phase(graphdef, params, cfg: ModelConfig, drafter, dparams, state: Sp
     last = take_rows(state.seq, state.length - 1, 1)  # (B, 1)
     block = jnp.concatenate([last, drafted.drafts], axis=1)  # (B, γ+1)
     positions = (state.length - 1)[:, None] + jnp.arange(gamma + 1)  # (B, γ+1)
-    logits, hidden, cache = forward(graphdef, params, block, positions, state.cache)  # (B, γ+1, V)
+    logits, hidden, cache = target_pass(graphdef, params, block, positions, state.cache,
+                                        drafted.n_draft, live, variable_length(drafter))  # (B, γ+1, V)
     p = sampling_probs(logits, sp)  # (B, γ+1, V)
     key = jax.random.fold_in(jax.random.fold_in(state.key, state.step), 1)
-    v = verify(key, drafted.drafts, drafted.q, p)
+    v = verify(key, drafted.drafts, drafted.q, p, drafted.n_draft)
 
     # The appended tokens: drafts x₁..x_n then the residual/bonus token at index n.
     emitted = jnp.concatenate([drafted.drafts, jnp.zeros((B, 1), jnp.int32)], axis=1)
     emitted = emitted.at[jnp.arange(B), v.n_accepted].set(v.token)  # (B, γ+1)
     new_state, n_emit = commit_round(cfg, state, cache, v.n_accepted, emitted, max_new, eos_id,
-                                     headroom(gamma))
+                                     headroom(gamma), drafted.n_draft, v.is_bonus)
     new_state = new_state._replace(dstate=drafter.commit(
         dparams, state.dstate, hidden, emitted, state.length - 1, new_state.length))
-    trace = StepTrace(live, state.length, drafted.drafts, v, n_emit, emitted, _top(drafted.q),
-                      _top(p), _top(v.extra_probs),
+    trace = StepTrace(live, state.length, drafted.drafts, drafted.n_draft, v, n_emit, emitted,
+                      _top(drafted.q), _top(p), _top(v.extra_probs),
                       jnp.take_along_axis(v.extra_probs, v.token[:, None], axis=1)[:, 0])
     return new_state, trace
 
 
 def commit_round(cfg: ModelConfig, state: SpecState, cache: KVCache, n_accepted, emitted,
-                 max_new, eos_id: int, room: int):
+                 max_new, eos_id: int, room: int, n_draft, is_bonus):
     """Append [x₁..x_n, token] (`emitted`, (B, W)), roll the target cache back, update the
-    counters. `room`: the slots the next round's verify block needs.
+    counters. `room`: the slots the next round's verify block needs; `n_draft` (B,) the drafts
+    proposed, `is_bonus` (B,) whether every one was accepted (the counters' other inputs).
 
     `cache` comes from the verify pass, with the accepted path already in slots start.. (a
     chain's drafts are; a tree's are moved there first, tree_speculative.py). The caller then
@@ -171,8 +207,10 @@ def commit_round(cfg: ModelConfig, state: SpecState, cache: KVCache, n_accepted,
     done = state.done | (live & (hit_eos | (n_new >= max_new) | full))
     cache = rollback(cache, jnp.where(live, committed_cache_length(length), state.cache.length))
     hist = state.hist.at[jnp.arange(B), n_accepted].add(live.astype(jnp.int32))
+    drafted = state.drafted + jnp.where(live, n_draft, 0)
+    rejected = state.rejected + (live & ~is_bonus).astype(jnp.int32)
     new_state = state._replace(seq=seq, length=length, cache=cache, n_new=n_new, done=done,
-                               hist=hist, step=state.step + 1)
+                               hist=hist, drafted=drafted, rejected=rejected, step=state.step + 1)
     return new_state, n_emit
 
 
@@ -234,6 +272,12 @@ def speculative_rounds(graphdef, params, cfg, drafter, dparams, tokens, lengths,
         jax.block_until_ready(state.length)
         t2 = time.perf_counter()
         yield trace, state, {"draft_s": t1 - t0, "verify_s": t2 - t1}
+
+
+def state_metrics(state: SpecState) -> dict:
+    """trace.metrics from a finished loop's counters, every row together."""
+    return metrics(np.asarray(state.hist).sum(0).tolist(), int(np.sum(state.n_new)),
+                   drafted=int(np.sum(state.drafted)))
 
 
 def generated(state: SpecState, prompt_lengths) -> list[list[int]]:

@@ -13,6 +13,9 @@ each with "schema", "type", and for per-row events "round" (0-based) and "row":
   resample   position, token, text, p, top (p and top of the residual norm(max(0, p − q)))
   bonus      position, token, text, p, top (of p_{γ+1})
   round_end  accepted, drafted, emitted (ids), emitted_text, length, draft_ms, verify_ms
+
+A round may draft fewer than γ: prompt lookup with no match drafts none, and that round is
+just verify (over the one position), bonus (drawn from p₁) and round_end with drafted = 0.
   run_end    summary (= summarize(all earlier events))
 
 `summarize(events)` computes every metric once, with the names serving engines use:
@@ -50,7 +53,7 @@ def events_from_step(trace, tok, round_idx: int, timings: dict | None = None) ->
     """One round's StepTrace (device arrays) -> its events, row by row, in reading order."""
     t = _to_numpy(trace)
     v = t["verdict"]
-    B, gamma = t["drafts"].shape
+    B = t["drafts"].shape[0]
     timings = timings or {}
     events: list[dict] = []
     for b in range(B):
@@ -59,12 +62,13 @@ def events_from_step(trace, tok, round_idx: int, timings: dict | None = None) ->
         head = {"schema": SCHEMA, "round": round_idx, "row": b}
         start = int(t["start"][b])
         n = int(v["n_accepted"][b])
+        gamma = int(t["n_draft"][b])  # drafts proposed this round (prompt lookup: 0 or γ)
         for i in range(gamma):
             x = int(t["drafts"][b, i])
             events.append({**head, "type": "draft", "index": i + 1, "position": start + i, "token": x,
                            "text": tok.token_str(x), "q": float(v["q_x"][b, i]),
                            "q_top": _top(tok, t["q_top"][0][b, i], t["q_top"][1][b, i])})
-        events.append({**head, "type": "verify", "p": [float(x) for x in v["p_x"][b]],
+        events.append({**head, "type": "verify", "p": [float(x) for x in v["p_x"][b, :gamma]],
                        "p_top": [_top(tok, t["p_top"][0][b, j], t["p_top"][1][b, j])
                                  for j in range(gamma + 1)]})
         for i in range(gamma):
@@ -103,11 +107,12 @@ def _to_numpy(trace) -> dict:
     return out
 
 
-def metrics(hist: list[int], generated: int) -> dict:
+def metrics(hist: list[int], generated: int, drafted: int | None = None) -> dict:
     """The acceptance metrics from the acceptance histogram (rounds that accepted 0..γ drafts).
 
-    Everything follows from it: rounds = Σ hist, accepted = Σ k·hist[k], drafted = γ·rounds,
-    and draft i was accepted in every round that accepted at least i drafts.
+    Everything follows from it: rounds = Σ hist, accepted = Σ k·hist[k], drafted = γ·rounds
+    (unless given: a drafter that may propose fewer than γ counts what it proposed), and
+    draft i was accepted in every round that accepted at least i drafts.
 
     >>> m = metrics([1, 0, 1], generated=4)   # γ = 2: one round accepted 0, one accepted 2
     >>> m["acceptance_rate"], m["mean_acceptance_length"], m["per_position_acceptance"]
@@ -115,7 +120,7 @@ def metrics(hist: list[int], generated: int) -> dict:
     """
     gamma, rounds = len(hist) - 1, sum(hist)
     accepted = sum(k * h for k, h in enumerate(hist))
-    drafted = gamma * rounds
+    drafted = gamma * rounds if drafted is None else drafted
     return {
         "rounds": rounds,
         "drafted": drafted,
@@ -133,12 +138,15 @@ def metrics(hist: list[int], generated: int) -> dict:
 
 def summarize(events: Iterable[dict]) -> dict:
     """Every metric of a run, computed once from its events."""
+    events = list(events)
     ends = [e for e in events if e.get("type") == "round_end"]
-    gamma = max((e["drafted"] for e in ends), default=0)
+    gamma = max([e["drafted"] for e in ends] + [e["gamma"] for e in events if e.get("type") == "run_start"],
+                default=0)
     hist = [0] * (gamma + 1)
     for e in ends:
         hist[e["accepted"]] += 1
-    return {**metrics(hist, generated=sum(len(e["emitted"]) for e in ends)),
+    return {**metrics(hist, generated=sum(len(e["emitted"]) for e in ends),
+                      drafted=sum(e["drafted"] for e in ends)),
             "draft_ms": sum(e["draft_ms"] for e in ends),
             "verify_ms": sum(e["verify_ms"] for e in ends)}
 

@@ -217,8 +217,7 @@ def acceptance_probe(ckpt_dir: str | Path, method: str, gamma: int = 4, n_prompt
     from nanospec.decode import Bundle, needs
     from nanospec.generate import pad_prompts
     from nanospec.sampling import GREEDY
-    from nanospec.speculative import speculative_generate
-    from nanospec.trace import metrics
+    from nanospec.speculative import speculative_generate, state_metrics
     from nanospec.workloads import workload_prompts
 
     bundle = Bundle.load(ckpt_dir, needs(method))
@@ -228,7 +227,7 @@ def acceptance_probe(ckpt_dir: str | Path, method: str, gamma: int = 4, n_prompt
     drafter, dparams = bundle.drafter(method)
     state = speculative_generate(tgraph, tparams, tcfg, drafter, dparams, tokens, lengths,
                                  jax.random.key(0), GREEDY, new_tokens, -1, gamma)
-    m = metrics(np.asarray(state.hist).sum(0).tolist(), int(np.sum(state.n_new)))
+    m = state_metrics(state)
     return {"workload": "facts (bench seed 1: fresh documents)", "prompts": n_prompts,
             "new_tokens_per_prompt": new_tokens, "gamma": gamma, "temperature": 0,
             "acceptance_rate": round(m["acceptance_rate"], 4),

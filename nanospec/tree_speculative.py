@@ -74,7 +74,7 @@ def tree_verify_phase(graphdef, params, cfg: ModelConfig, drafter, dparams, stat
     emitted = emitted.at[jnp.arange(B), v.n_accepted].set(v.token)  # (B, D+1)
     cache = compact_path(cache, start, v.path, tree)
     new_state, _ = commit_round(cfg, state, cache, v.n_accepted, emitted, max_new, eos_id,
-                                tree.size)
+                                tree.size, jnp.full((B,), tree.max_depth, jnp.int32), v.is_bonus)
     return new_state._replace(dstate=drafter.commit_tree(
         dparams, state.dstate, gather_path(hidden, v.path), emitted, start, new_state.length))
 

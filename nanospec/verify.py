@@ -70,34 +70,45 @@ def leading_run(accepted: jax.Array) -> jax.Array:
     return jnp.sum(jnp.cumprod(accepted.astype(jnp.int32), axis=-1), axis=-1)
 
 
-def verify_row(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array) -> Verdict:
+def verify_row(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
+               n_draft: jax.Array | None = None) -> Verdict:
     """Run the verify rule on one round of one row.
 
-    drafts (γ,) int32; q (γ, V) the draft's laws; p (γ+1, V) the target's laws.
+    drafts (γ,) int32; q (γ, V) the draft's laws; p (γ+1, V) the target's laws. `n_draft` ()
+    (default γ): only the first n_draft drafts were proposed — the rest are padding, never
+    accepted — and the bonus comes from p_{n_draft+1}. n_draft = 0 is an ordinary decode
+    step: the token is drawn from p₁. Exact for any n_draft the drafter fixed before the
+    target was consulted: each proposed position is judged by the same rule, and the rule
+    never needed γ to be a constant.
     """
     gamma = drafts.shape[0]
+    n_draft = gamma if n_draft is None else n_draft
     key_u, key_extra = jax.random.split(key)
     p_x = p[jnp.arange(gamma), drafts]  # (γ,)
     q_x = q[jnp.arange(gamma), drafts]  # (γ,)
     u = jax.random.uniform(key_u, (gamma,))
-    n = leading_run(accept_reject(u, p_x, q_x))  # () int32
+    proposed = jnp.arange(gamma) < n_draft  # (γ,)
+    n = leading_run(accept_reject(u, p_x, q_x) & proposed)  # () int32, <= n_draft
     accepted = jnp.arange(gamma) < n  # (γ,)
 
-    is_bonus = n == gamma
-    q_at_n = q[jnp.minimum(n, gamma - 1)]  # (V,) only used when n < γ
-    extra_probs = jnp.where(is_bonus, bonus_probs(p, gamma), residual(p[n], q_at_n))  # (V,)
+    is_bonus = n == n_draft
+    q_at_n = q[jnp.minimum(n, gamma - 1)]  # (V,) only used when n < n_draft
+    extra_probs = jnp.where(is_bonus, bonus_probs(p, n), residual(p[n], q_at_n))  # (V,)
     token = sample(key_extra, extra_probs)
     return Verdict(n, accepted, token, is_bonus, u, p_x, q_x, extra_probs)
 
 
-def verify(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array) -> Verdict:
-    """`verify_row` for a batch: drafts (B, γ), q (B, γ, V), p (B, γ+1, V).
+def verify(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
+           n_draft: jax.Array | None = None) -> Verdict:
+    """`verify_row` for a batch: drafts (B, γ), q (B, γ, V), p (B, γ+1, V), n_draft (B,).
 
     Row b uses fold_in(key, b), so its verdict does not depend on the rest of the batch.
     """
-    return jax.vmap(verify_row)(row_keys(key, drafts.shape[0]), drafts, q, p)
+    B, gamma = drafts.shape
+    n_draft = jnp.full((B,), gamma, jnp.int32) if n_draft is None else n_draft
+    return jax.vmap(verify_row)(row_keys(key, B), drafts, q, p, n_draft)
 
 
-def bonus_probs(p: jax.Array, gamma: int) -> jax.Array:
+def bonus_probs(p: jax.Array, gamma) -> jax.Array:
     """The law of the bonus token: the target's own next-token law after all γ drafts."""
     return p[gamma]

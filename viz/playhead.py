@@ -149,6 +149,9 @@ def caption(rnd: Round, step: Step) -> str:
     if ph == Phase.DRAFT:
         d = rnd.drafts[k - 1]
         return f"Draft {k}/{g}: the draft model proposes {d.text!r}, sampled with q(x) = {_fmt(d.q)}."
+    if ph == Phase.VERIFY and g == 0:
+        return ("Nothing to verify: the drafter proposed no tokens (no earlier match to copy),"
+                " so the target takes one ordinary decode step.")
     if ph == Phase.VERIFY:
         return (f"Verify: ONE target pass scores all {g} drafts at once (and the position after"
                 f" them), giving p(x) for each.")
@@ -162,6 +165,8 @@ def caption(rnd: Round, step: Step) -> str:
                 else f"; the {tail} drafts after it are discarded ·")
         return f"{x}: u = {_fmt(j.u)} ≥ p/q = {_fmt(j.ratio)}, so it is rejected ✗{rest}."
     e = rnd.extra
+    if ph == Phase.EXTRA and g == 0:
+        return f"★ The target draws {e.text!r} from its own p, as plain decoding would."
     if ph == Phase.EXTRA:
         if e.kind == "resample":
             return (f"↻ The target replaces it with {e.text!r}, drawn from the residual"
@@ -207,8 +212,10 @@ def chart(frame: Frame, slot: int) -> Chart:
         if s.mark == "bonus":
             return Chart(f"★ bonus x{str(slot).translate(SUB)} = {e.text!r}", None,
                          _with(rnd.p_top[g], e.token, e.text, e.p),
-                         None, None, e.token, f"Every draft was accepted, so the bonus token is "
-                                              f"drawn from the target's p{str(slot).translate(SUB)}.")
+                         None, None, e.token,
+                         ("Every draft was accepted, so the bonus token is " if g else
+                          "No drafts this round: the token is ") +
+                         f"drawn from the target's p{str(slot).translate(SUB)}.")
         slot = rnd.accepted + 1
         s = frame.slots[slot - 1]
     d = rnd.drafts[slot - 1]

@@ -54,7 +54,7 @@ class Extra:
 @dataclass(frozen=True)
 class Round:
     index: int  # 0-based round number
-    drafts: tuple[Draft, ...]  # γ proposals
+    drafts: tuple[Draft, ...]  # γ proposals (none when the drafter had nothing to propose)
     p: tuple[float, ...]  # p(x₁) .. p(x_γ): the target's probability of each draft
     p_top: tuple  # γ+1 lists: the target's most likely tokens at each verified position
     judgements: tuple[Judgement, ...]  # one per draft
@@ -114,7 +114,8 @@ def round_from_events(events: list[dict]) -> Round:
     extra = _one(by_type, "resample", "bonus")
     end = _one(by_type, "round_end")
     g = len(drafts)
-    consistent = (g and len(judged) == g and len(verify["p"]) == g and len(verify["p_top"]) == g + 1
+    # g = 0 is a round with nothing to verify (prompt lookup found no match): a decode step.
+    consistent = (len(judged) == g and len(verify["p"]) == g and len(verify["p_top"]) == g + 1
                   and _is(end["drafted"], int) and end["drafted"] == g)
     if not consistent:
         raise ValueError("draft, verify, judgement and round_end events disagree about γ")

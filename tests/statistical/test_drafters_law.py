@@ -16,6 +16,7 @@ test that rejects at 50,000 runs rejects more surely at 200,000 — its power on
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import nanospec.feature_drafters
@@ -62,6 +63,24 @@ def test_smoke_law_at_20k(setup, name):
     for pvalue in pvalues(setup, name, SamplingParams.make(1.0), 3, 20_000, seed=100,
                           prompts=(PROMPT, PROMPT_B)):
         assert pvalue > THRESHOLD, f"{name}: p-value {pvalue:.3g}"
+
+
+def test_lookup_runs_include_rounds_without_drafts(setup):
+    """Prompt lookup proposes nothing when the last token is new (drafters.py), so the law
+    tests above cover both kinds of round: the whole batch with none (PROMPT's last token,
+    3, is new: round 1 is a one-token pass) and batches mixing rows with and without."""
+    from nanospec.generate import pad_prompts
+    from nanospec.speculative import _fused
+
+    (cfg, g, p), drafters = setup
+    drafter, dparams = drafters["ngram"]
+    tokens, lengths = pad_prompts([list(PROMPT)] * 500 + [list(PROMPT_B)] * 500, cfg.n_ctx)
+    state = _fused(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(0),
+                   SamplingParams.make(1.0), jnp.int32(M), -1, 3)
+    rounds = np.asarray(state.hist).sum(1)
+    drafted = np.asarray(state.drafted)
+    assert np.all(drafted <= 3 * (rounds - 1)), "round 1 has no drafts in any row"
+    assert 0 < drafted.sum() and np.any(drafted < 3 * (rounds - 1)), "later rounds mix"
 
 
 @pytest.mark.slow
