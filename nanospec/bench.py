@@ -9,13 +9,18 @@ For every γ it reports (DESIGN §6):
            the accepted features) in place, interleaved with target passes (round_probe),
            divided by γ — so a drafter of any kind is measured alike
     r      T_verify(γ+1) / T_ar: one target pass over γ+1 tokens, over a one-token pass
-    E      expected tokens per round, (1 − α^{γ+1}) / (1 − α)
+    E      expected tokens per round, (1 − α^{γ+1}) / (1 − α) (with a fraction f of rounds that
+           had no drafts — prompt lookup without a match — (1 − f)·E + f, and those rounds
+           cost one target step: the decode-phase cost is (1 − f)(γ·c + r) + f)
     pred decode   E / (γ·c + r): DESIGN §6's speedup of the decode phase alone
     predicted     the same model end to end: autoregressive time / (prefill + draft prefill +
                   rounds · (γ·T_draft + r·T_ar)), rounds = tokens / E — the measured runs
                   include each prompt's prefill, so the prediction must too
     measured      autoregressive time / speculative time for the same prompts and tokens
     meas/pred     the loop's efficiency (overheads, host syncs, recompiles would show here)
+    TTFT          time to first token per prompt (prefill, the drafter's too, and one round)
+    TPOT ×        time per output token after the first, autoregressive over speculative: the
+                  decode-phase speedup, measured (end to end also pays the prefill)
     τ/cost        mean acceptance length per unit of draft cost, τ / (γ·c): tokens a round
                   yields per target-step's worth of drafting (the draft's bang for its buck)
     extra         what the method adds beside the target: parameters (heads reuse the target's
@@ -23,7 +28,8 @@ For every γ it reports (DESIGN §6):
                   parameters in float32 plus the drafter's per-row state, e.g. its KV cache)
 
 Method: every program is compiled and warmed up first; then `repeats` rounds time every method
-on every workload prompt (batch 1, EOS disabled so each run decodes exactly `tokens` tokens),
+on every workload prompt (batch 1, EOS disabled so each run decodes exactly `tokens` tokens,
+every prompt padded to the workload's longest bucket so each program compiles once),
 interleaved so a noisy neighbour slows all methods alike; medians are reported. Per-token costs
 are differences of two runs of the same compiled loop ((T(N) − T(1)) / (N − 1)), so prefill and
 dispatch cancel out. These are ratios measured in one run on one machine — never compare
@@ -52,19 +58,21 @@ from nanospec.trace import metrics
 from nanospec.workloads import workload_prompts
 
 
-def iid_acceptance(hist: list[int]) -> float:
+def iid_acceptance(hist: list[int], rejections: int | None = None) -> float:
     """The per-draft acceptance probability α of the i.i.d. model behind E[tokens per round].
 
     Each round is a run of accepts ended by one rejection (or by reaching γ), so the maximum
     likelihood estimate is accepted / (accepted + rejections). The reported "draft acceptance
     rate" (accepted / drafted) is lower: it also counts the drafts discarded after a rejection.
+    `rejections` defaults to the rounds that did not accept all γ; a drafter that proposes
+    fewer (prompt lookup with no match: none) passes the loop's own count.
 
     >>> iid_acceptance([1, 0, 1])   # γ = 2: one round rejected at once, one accepted both
     0.6666666666666666
     """
     gamma = len(hist) - 1
     accepted = sum(k * h for k, h in enumerate(hist))
-    rejections = sum(hist) - hist[gamma]
+    rejections = sum(hist) - hist[gamma] if rejections is None else rejections
     return accepted / (accepted + rejections) if accepted + rejections else 0.0
 
 
@@ -91,25 +99,31 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
     target = bundle.models["target"]
     cfg, g, p = target
     sp = SamplingParams.make(temperature)
-    prompts = [pad_prompts([tok.encode_prompt(t)], cfg.n_ctx) for t in workload_prompts(workload, n_prompts)]
+    # Every prompt is padded to the workload's one bucket, so each method compiles once (with a
+    # bucket per prompt length, XLA's per-program memory maps overran Linux's limit: jax#27201).
+    tokens_all, lengths_all = pad_prompts([tok.encode_prompt(t) for t in workload_prompts(workload, n_prompts)],
+                                          cfg.n_ctx)
+    prompts = [(tokens_all[i:i + 1], lengths_all[i:i + 1]) for i in range(len(lengths_all))]
     spec_methods = [m for m in methods if m != "ar"]
     runs = [(m, gm) for m in spec_methods for gm in method_gammas(bundle, m, gammas)]
     for _, gm in runs:
         for _, lengths in prompts:
             check_room(cfg, lengths, tokens, gm)
 
-    def ar_run(tokens_, lengths, key):
-        return _generate(g, p, cfg, tokens_, lengths, key, sp, jnp.int32(tokens), -1)
+    # Each program takes the number of tokens to generate (traced: 1 and `tokens` share one
+    # compiled loop): with 1 it times the first token, prefill included.
+    def ar_run(tokens_, lengths, key, n=tokens):
+        return _generate(g, p, cfg, tokens_, lengths, key, sp, jnp.int32(n), -1)
 
     def spec_run(method, gamma):
         drafter, dparams = bundle.drafter(method)
-        return lambda tk, ln, key: _fused(g, p, cfg, drafter, dparams, tk, ln, key, sp,
-                                          jnp.int32(tokens), -1, gamma)
+        return lambda tk, ln, key, n=tokens: _fused(g, p, cfg, drafter, dparams, tk, ln, key, sp,
+                                                    jnp.int32(n), -1, gamma)
 
     def tree_run(method, label):
         drafter, dparams = bundle.drafter(method)
-        return lambda tk, ln, key: _fused_tree(g, p, cfg, drafter, dparams, tk, ln, key, sp,
-                                               jnp.int32(tokens), -1, trees[label], True)
+        return lambda tk, ln, key, n=tokens: _fused_tree(g, p, cfg, drafter, dparams, tk, ln, key,
+                                                         sp, jnp.int32(n), -1, trees[label], True)
 
     tree_runs = []
     for label, tree in (trees or {}).items():
@@ -123,6 +137,7 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
     programs.update({run: spec_run(*run) for run in runs})
     programs.update({run: tree_run(*run) for run in tree_runs})
     hists: dict = {}
+    counts: dict = {}  # (drafted, rejected rounds) per run
     with console.status("compiling, warming up, counting acceptances…"):
         for (m, gm), fn in programs.items():
             for i, (tk, ln) in enumerate(prompts):
@@ -130,11 +145,16 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
                 if m != "ar":
                     h = state.hist.sum(0).tolist()
                     hists[(m, gm)] = [a + b for a, b in zip(hists.get((m, gm), [0] * len(h)), h)]
+                    d, r = counts.get((m, gm), (0, 0))
+                    counts[(m, gm)] = (d + int(state.drafted.sum()), r + int(state.rejected.sum()))
     # Everything that is timed goes into one round-robin pool: the workload runs, the decode
     # loops behind T_ar (and the draft model's prefill), the drafting rounds behind c, and the
     # forward passes behind r.
     probes = {k: (lambda fn=fn: [fn(tk, ln, jax.random.key(seed + i)) for i, (tk, ln) in enumerate(prompts)])
               for k, fn in programs.items()}
+    probes.update({("first", *k): (lambda fn=fn: [fn(tk, ln, jax.random.key(seed + i), 1)
+                                                  for i, (tk, ln) in enumerate(prompts)])
+                   for k, fn in programs.items()})
     probe_prompt = tok.encode_prompt(workload_prompts(workload, 1)[0])
     models = {name: m for name, m in bundle.models.items() if isinstance(m[0], ModelConfig)}
     for name, model in models.items():
@@ -151,9 +171,17 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
     t_ar = step["target"]
     fwd1 = med[("forward", 1)]
     times = {k: med[k] for k in programs}
+    n_total = tokens * len(prompts)
+
+    def latency(k) -> dict:
+        """Serving's two latencies (vLLM's names): time to first token, prefill included, and
+        time per output token after it, TPOT = (end to end − TTFT) / (tokens − 1)."""
+        first = med[("first", *k)]
+        return {"ttft_ms": 1e3 * first / len(prompts),
+                "tpot_ms": 1e3 * max(times[k] - first, 1e-9) / (n_total - len(prompts))}
 
     ar_time = times[("ar", 0)]
-    n_total = tokens * len(prompts)
+    ar_latency = latency(("ar", 0))
     # What the autoregressive runs spent outside decode steps (prefill, dispatch): speculation
     # pays it too, plus the draft model's own prefill, so an end-to-end prediction must include it.
     prefill_s = max(ar_time - n_total * t_ar, 0.0)
@@ -161,39 +189,48 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
                      for name in models if name != "target"}
     rows = []
     for m, gm in runs:
-        mt = metrics(hists[(m, gm)], generated=n_total)
-        alpha = iid_acceptance(hists[(m, gm)])
+        mt = metrics(hists[(m, gm)], generated=n_total, drafted=counts[(m, gm)][0])
+        alpha = iid_acceptance(hists[(m, gm)], counts[(m, gm)][1])
         # seconds of drafting per round: rounds with the target pass, minus the pass alone
         draft_round = max(med[("round", m, gm)] - med[("forward", gm + 1)], 0.0) / FORWARD_CALLS
         c = draft_round / (gm * t_ar)
         r = med[("forward", gm + 1)] / fwd1
-        e = expected_tokens(alpha, gm)
-        predicted_time = prefill_s + draft_prefill.get(m, 0.0) + n_total / e * (draft_round + r * t_ar)
+        # Rounds without drafts (prompt lookup found no match) are one-token decode steps: one
+        # token for one T_ar. Its drafts come all or nothing, so drafted / γ rounds had them.
+        empty = 1.0 - counts[(m, gm)][0] / gm / max(mt["rounds"], 1)  # fraction of rounds
+        e = (1 - empty) * expected_tokens(alpha, gm) + empty
+        round_cost = (1 - empty) * (gm * c + r) + empty  # in target steps
+        predicted_time = prefill_s + draft_prefill.get(m, 0.0) + n_total / e * round_cost * t_ar
         pred = ar_time / predicted_time
         meas = ar_time / times[(m, gm)]
+        lat = latency((m, gm))
         rows.append({"method": m, "gamma": gm, "alpha": alpha,
                      "acceptance_rate": mt["acceptance_rate"],
                      "mean_acceptance_length": mt["mean_acceptance_length"], "c": c,
                      # None when drafting costs less than the timing noise (prompt lookup)
                      "tau_per_draft_cost": mt["mean_acceptance_length"] / (gm * c) if c > 0 else None,
                      "verify_over_ar": r, "expected_tokens_per_round": e,
-                     "predicted_decode_speedup": e / (gm * c + r),
+                     "rounds_without_drafts": empty, "predicted_decode_speedup": e / round_cost,
                      "predicted_speedup": pred, "measured_speedup": meas,
-                     "efficiency": meas / pred, "seconds": times[(m, gm)],
+                     "efficiency": meas / pred, "seconds": times[(m, gm)], **lat,
+                     "tpot_speedup": ar_latency["tpot_ms"] / lat["tpot_ms"],
                      **extra_cost(bundle, m, gm)})
     for m, label in tree_runs:
         mt = metrics(hists[(m, label)], generated=n_total)
+        lat = latency((m, label))
         rows.append({"method": m, "gamma": f"tree {label}", "tree_nodes": trees[label].size,
                      "alpha": iid_acceptance(hists[(m, label)]),
                      "acceptance_rate": mt["acceptance_rate"],
                      "mean_acceptance_length": mt["mean_acceptance_length"],
                      "measured_speedup": ar_time / times[(m, label)],
-                     "seconds": times[(m, label)], **extra_cost(bundle, m, trees[label].max_depth)})
+                     "seconds": times[(m, label)], **lat,
+                     "tpot_speedup": ar_latency["tpot_ms"] / lat["tpot_ms"],
+                     **extra_cost(bundle, m, trees[label].max_depth)})
     best = max(rows, key=lambda x: x["measured_speedup"]) if rows else None
     report = {"benchmark": "speculative", "workload": workload, "prompts": len(prompts),
               "tokens_per_prompt": tokens, "temperature": temperature, "repeats": repeats,
               "ar": {"seconds": ar_time, "tokens_per_second": n_total / ar_time,
-                     "decode_ms_per_token": t_ar * 1e3, "prefill_seconds": prefill_s},
+                     "decode_ms_per_token": t_ar * 1e3, "prefill_seconds": prefill_s, **ar_latency},
               "draft_model_decode_ms_per_token": {name: step[name] * 1e3 for name in draft_prefill},
               "rows": rows, "best": best,
               "machine": {"platform": jax.devices()[0].platform, "cpu": platform.processor() or
@@ -214,10 +251,11 @@ def _print(console: Console, report: dict) -> None:
                         f"{report['prompts']} prompts × {report['tokens_per_prompt']} tokens, "
                         f"median of {report['repeats']}")
     for col in ("method", "γ", "accept rate", "α", "tok/round", "c", "τ/cost", "r", "E",
-                "pred decode", "predicted", "measured", "meas/pred", "extra params", "extra MB"):
+                "pred decode", "predicted", "measured", "meas/pred", "TTFT ms", "TPOT ×",
+                "extra params", "extra MB"):
         table.add_column(col, justify="left" if col == "method" else "right")
     table.add_row("ar", "–", "–", "–", "1.00", "–", "–", "1.00", "1.00", "1.00×", "1.00×", "1.00×",
-                  "–", "0", "0")
+                  "–", f"{ar['ttft_ms']:.1f}", "1.00×", "0", "0")
     for r in report["rows"]:
         fmt = lambda key, spec, unit="": (format(r[key], spec) + unit) if r.get(key) is not None else "–"
         table.add_row(r["method"], str(r["gamma"]), fmt("acceptance_rate", ".2f"), fmt("alpha", ".2f"),
@@ -225,14 +263,17 @@ def _print(console: Console, report: dict) -> None:
                       fmt("tau_per_draft_cost", ".1f"), fmt("verify_over_ar", ".2f"),
                       fmt("expected_tokens_per_round", ".2f"), fmt("predicted_decode_speedup", ".2f", "×"),
                       fmt("predicted_speedup", ".2f", "×"), fmt("measured_speedup", ".2f", "×"),
-                      fmt("efficiency", ".2f"), fmt("extra_params", ","), fmt("extra_memory_mb", ".2f"))
+                      fmt("efficiency", ".2f"), fmt("ttft_ms", ".1f"), fmt("tpot_speedup", ".2f", "×"),
+                      fmt("extra_params", ","), fmt("extra_memory_mb", ".2f"))
     console.print(table)
     console.print(f"autoregressive: {ar['tokens_per_second']:.0f} tokens/s end to end; decode step "
-                  f"{ar['decode_ms_per_token']:.3f} ms ({1e3 / ar['decode_ms_per_token']:.0f} tokens/s)")
+                  f"{ar['decode_ms_per_token']:.3f} ms ({1e3 / ar['decode_ms_per_token']:.0f} tokens/s); "
+                  f"TTFT {ar['ttft_ms']:.1f} ms, TPOT {ar['tpot_ms']:.3f} ms")
     for name, ms in report["draft_model_decode_ms_per_token"].items():
         console.print(f"{name} model alone: decode step {ms:.3f} ms ({1e3 / ms:.0f} tokens/s), "
                       f"c = {ms / ar['decode_ms_per_token']:.3f} of the target's")
     if report["best"]:
         b = report["best"]
+        predicted = f", {b['predicted_speedup']:.2f}× predicted" if "predicted_speedup" in b else ""
         console.print(f"best: {b['method']} with γ = {b['gamma']}: {b['measured_speedup']:.2f}× "
-                      f"measured, {b['predicted_speedup']:.2f}× predicted")
+                      f"measured{predicted}; {b['tpot_speedup']:.2f}× per output token (TPOT)")

@@ -1,13 +1,15 @@
 """The benchmark runs end to end on a tiny model and reports every column; it asserts no times."""
 
 import doctest
+import io
 import json
 
 import pytest
 from flax import nnx
+from rich.console import Console
 
 import nanospec.bench
-from nanospec.bench import expected_tokens, iid_acceptance, run_bench
+from nanospec.bench import _print, expected_tokens, iid_acceptance, run_bench
 from nanospec.decode import METHODS, Bundle
 from nanospec.heads import KINDS, HeadConfig, build
 from nanospec.tree import Tree
@@ -58,10 +60,12 @@ def test_bench_reports_every_column_and_writes_json(bundle, tmp_path):
                         (m, "tree 2,1") for m in ("draft", "medusa", "eagle", "mtp")]
     for r in report["rows"][-4:]:
         assert r["tree_nodes"] == 5 and r["measured_speedup"] > 0 and "c" not in r
+        assert r["ttft_ms"] > 0 and r["tpot_speedup"] > 0
     for r in report["rows"][:-4]:
         for key in ("acceptance_rate", "alpha", "c", "tau_per_draft_cost", "verify_over_ar",
                     "predicted_decode_speedup", "predicted_speedup", "measured_speedup",
-                    "efficiency", "extra_memory_mb"):
+                    "efficiency", "extra_memory_mb", "ttft_ms", "tpot_ms", "tpot_speedup",
+                    "rounds_without_drafts"):
             if key == "tau_per_draft_cost" and r["c"] == 0:
                 assert r[key] is None  # drafting cheaper than the timing noise: not a number
                 continue
@@ -69,7 +73,13 @@ def test_bench_reports_every_column_and_writes_json(bundle, tmp_path):
     extra = {r["method"]: r["extra_params"] for r in report["rows"]}
     assert extra["ngram"] == 0 and extra["draft"] == count_params(bundle.models["draft"][2])
     assert extra["eagle"] == count_params(bundle.models["eagle"][2]) > 0  # the target's not counted
-    assert report["best"]["gamma"] in (1, 3)
+    assert report["best"] in report["rows"]
+    out = io.StringIO()  # a tree row (no prediction) can be the best one too: it must print
+    _print(Console(file=out, width=200), {**report, "best": report["rows"][-1]})
+    assert "best: mtp with γ = tree 2,1" in out.getvalue()
+    assert report["ar"]["ttft_ms"] > 0 and report["ar"]["tpot_ms"] > 0
+    # Only prompt lookup may skip drafting; every other drafter drafts in every round.
+    assert all(r["rounds_without_drafts"] == 0 for r in report["rows"][:-4] if r["method"] != "ngram")
 
 
 def test_a_prompt_too_long_for_the_context_is_a_user_error(tiny_ckpt_dir):
