@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nanospec.cache import KVCache, init_cache, rollback
+from nanospec.cache import KVCache, init_cache, rollback, run_if
 from nanospec.errors import UserError
 from nanospec.model import ModelConfig, forward
 from nanospec.sampling import SamplingParams, sample_rows, sampling_probs
@@ -92,12 +92,13 @@ def decode_step(graphdef, params, cfg: ModelConfig, state: DecodeState, sp: Samp
     n_new = state.n_new + live
     done = state.done | (live & ((token == eos_id) | (n_new >= max_new) | (length + 1 >= cfg.n_ctx)))
 
-    def next_logits(cache):
-        logits, _, cache = forward(graphdef, params, token[:, None], length[:, None], cache)
+    def next_logits(carry):
+        logits, _, cache = forward(graphdef, params, token[:, None], length[:, None], carry[1])
         return logits[:, 0], rollback(cache, jnp.where(live, length + 1, length))
 
-    # Skip the forward pass once every row is done (it would only be thrown away).
-    logits, cache = jax.lax.cond(jnp.all(done), lambda c: (state.logits, c), next_logits, state.cache)
+    # Skip the forward pass once every row is done (it would only be thrown away); `run_if`,
+    # not lax.cond, keeps the cache update in place (cache.py).
+    logits, cache = run_if(~jnp.all(done), next_logits, (state.logits, state.cache))
     return DecodeState(seq, cache, logits, n_new, done, state.step + 1, state.key)
 
 

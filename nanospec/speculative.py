@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nanospec.cache import KVCache, init_cache, rollback
+from nanospec.cache import KVCache, init_cache, rollback, run_if
 from nanospec.drafters import take_rows
 from nanospec.errors import UserError
 from nanospec.model import ModelConfig, forward
@@ -118,21 +118,28 @@ def target_pass(graphdef, params, block, positions, cache, n_draft, live, variab
     """The verify pass over [last, x₁..x_γ] — or, when no live row proposed a draft, over
     [last] alone (an ordinary decode step, 1 token instead of γ+1), padded back to γ+1.
 
-    subtle: both branches are compiled into the loop and `lax.cond` runs one; the padding
-    (logits and features of positions no row proposed) is never read — verify stops at
-    n_draft — and the cache slots it stands for are rolled back like any rejected draft's.
+    subtle: both passes are compiled into the loop and exactly one runs, each in a `run_if`
+    (cache.py: a `lax.cond` here copied the whole cache twice a round, which cost more than
+    skipping the wide pass saved). The padding (logits and features of positions no row
+    proposed) is never read — verify stops at n_draft — and the cache slots it stands for
+    are rolled back like any rejected draft's.
     """
     if not variable:
         return forward(graphdef, params, block, positions, cache)
     W = block.shape[1]
 
-    def one_token():
-        logits, hidden, c = forward(graphdef, params, block[:, :1], positions[:, :1], cache)
+    def wide(out):
+        return forward(graphdef, params, block, positions, out[2])
+
+    def one_token(out):
+        logits, hidden, c = forward(graphdef, params, block[:, :1], positions[:, :1], out[2])
         pad = lambda x: jnp.pad(x, ((0, 0), (0, W - 1), (0, 0)))
         return pad(logits), pad(hidden), c._replace(length=c.length + W - 1)
 
-    return jax.lax.cond(jnp.any(live & (n_draft > 0)),
-                        lambda: forward(graphdef, params, block, positions, cache), one_token)
+    logits, hidden, _ = jax.eval_shape(lambda: wide((None, None, cache)))
+    out = (jnp.zeros(logits.shape, logits.dtype), jnp.zeros(hidden.shape, hidden.dtype), cache)
+    any_drafts = jnp.any(live & (n_draft > 0))
+    return run_if(~any_drafts, one_token, run_if(any_drafts, wide, out))
 
 
 def committed_cache_length(new_length: jax.Array) -> jax.Array:
