@@ -33,7 +33,10 @@ every prompt padded to the workload's longest bucket so each program compiles on
 interleaved so a noisy neighbour slows all methods alike; medians are reported. Per-token costs
 are differences of two runs of the same compiled loop ((T(N) − T(1)) / (N − 1)), so prefill and
 dispatch cancel out. These are ratios measured in one run on one machine — never compare
-absolute times across runs.
+absolute times across runs. One decode step is timed twice, by the decode probe and as the
+autoregressive runs' TPOT; where the two differ by more than 10% the report says the run was
+noisy (the machine's speed changed during it: the probes, and so c, r and the predictions,
+saw a different machine than some of the runs did).
 
 What this file deliberately leaves out: asserting anything about time (tests never do).
 """
@@ -56,6 +59,9 @@ from nanospec.speculative import _fused, check_room
 from nanospec.tree_speculative import _fused_tree, check_tree
 from nanospec.trace import metrics
 from nanospec.workloads import workload_prompts
+
+
+NOISY = 0.10  # see "tpot_over_decode_probe"
 
 
 def iid_acceptance(hist: list[int], rejections: int | None = None) -> float:
@@ -230,7 +236,10 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
     report = {"benchmark": "speculative", "workload": workload, "prompts": len(prompts),
               "tokens_per_prompt": tokens, "temperature": temperature, "repeats": repeats,
               "ar": {"seconds": ar_time, "tokens_per_second": n_total / ar_time,
-                     "decode_ms_per_token": t_ar * 1e3, "prefill_seconds": prefill_s, **ar_latency},
+                     "decode_ms_per_token": t_ar * 1e3, "prefill_seconds": prefill_s, **ar_latency,
+                     # one decode step, timed twice (the probe, and the real runs' TPOT): apart
+                     # by more than NOISY, the machine's speed changed during the run
+                     "tpot_over_decode_probe": ar_latency["tpot_ms"] / (t_ar * 1e3)},
               "draft_model_decode_ms_per_token": {name: step[name] * 1e3 for name in draft_prefill},
               "rows": rows, "best": best,
               "machine": {"platform": jax.devices()[0].platform, "cpu": platform.processor() or
@@ -269,6 +278,12 @@ def _print(console: Console, report: dict) -> None:
     console.print(f"autoregressive: {ar['tokens_per_second']:.0f} tokens/s end to end; decode step "
                   f"{ar['decode_ms_per_token']:.3f} ms ({1e3 / ar['decode_ms_per_token']:.0f} tokens/s); "
                   f"TTFT {ar['ttft_ms']:.1f} ms, TPOT {ar['tpot_ms']:.3f} ms")
+    agree = ar["tpot_over_decode_probe"]
+    if abs(agree - 1) > NOISY:
+        console.print(f"noisy run: the decode probe ({ar['decode_ms_per_token']:.3f} ms) and the "
+                      f"autoregressive runs' TPOT ({ar['tpot_ms']:.3f} ms) time the same step but "
+                      f"differ by {abs(agree - 1):.0%}, so c, r and the predictions are unreliable; "
+                      "the measured speedups are still side by side")
     for name, ms in report["draft_model_decode_ms_per_token"].items():
         console.print(f"{name} model alone: decode step {ms:.3f} ms ({1e3 / ms:.0f} tokens/s), "
                       f"c = {ms / ar['decode_ms_per_token']:.3f} of the target's")

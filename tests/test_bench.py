@@ -77,6 +77,13 @@ def test_bench_reports_every_column_and_writes_json(bundle, tmp_path):
     out = io.StringIO()  # a tree row (no prediction) can be the best one too: it must print
     _print(Console(file=out, width=200), {**report, "best": report["rows"][-1]})
     assert "best: mtp with γ = tree 2,1" in out.getvalue()
+    # The same decode step timed two ways: when they disagree, the report says so.
+    assert report["ar"]["tpot_over_decode_probe"] > 0
+    for agree, warned in ((1.05, False), (1.3, True), (0.8, True)):
+        out = io.StringIO()
+        ar = {**report["ar"], "tpot_over_decode_probe": agree}
+        _print(Console(file=out, width=200), {**report, "ar": ar})
+        assert ("noisy run" in out.getvalue()) == warned, agree
     assert report["ar"]["ttft_ms"] > 0 and report["ar"]["tpot_ms"] > 0
     # Only prompt lookup may skip drafting; every other drafter drafts in every round.
     assert all(r["rounds_without_drafts"] == 0 for r in report["rows"][:-4] if r["method"] != "ngram")
