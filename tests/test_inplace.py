@@ -4,7 +4,9 @@ A copy of the whole cache costs what a fifth of a target decode step does here (
 of 384 KB), and it hides: the tokens are right, only the clock notices. `lax.cond` around a
 pass that writes the cache made XLA copy it twice per round (cache.py, `run_if`). These tests
 read the compiled programs (XLA's optimised HLO) and fail if any computation other than the
-entry one — the setup before the loop — copies an array of a cache buffer's shape.
+entry one — the setup before the loop — copies an array of a cache buffer's shape: the
+autoregressive loop, every drafter's (their own caches too) and the token-tree loop. A loop
+that must copy shows the count can fail.
 """
 
 import re
@@ -41,32 +43,46 @@ def cache_shape(cfg, batch=1):
     return [(batch, cfg.n_ctx, cfg.n_head, cfg.head_dim)]
 
 
-def test_the_counter_sees_the_copies_lax_cond_makes(tiny_model):
-    """The check itself can fail: the branch written with lax.cond (as target_pass was: a
-    one-token or a two-token pass, both writing the cache) copies the cache; run_if does not."""
-    from nanospec.cache import init_cache, run_if
+def _passes(tiny_model):
+    """A one-token and a two-token pass that both write the cache, and which one to run."""
     from nanospec.model import forward
     cfg, graphdef, params = tiny_model
+    one = lambda c: forward(graphdef, params, jnp.zeros((1, 1), jnp.int32), c.length[:, None], c)[2]
+    two = lambda c: forward(graphdef, params, jnp.zeros((1, 2), jnp.int32),
+                            c.length[:, None] + jnp.arange(2), c)[2]
+    return one, two, lambda c: c.length[0] % 2 == 0
 
-    def passes(cache):
-        one = lambda c: forward(graphdef, params, jnp.zeros((1, 1), jnp.int32), c.length[:, None], c)[2]
-        two = lambda c: forward(graphdef, params, jnp.zeros((1, 2), jnp.int32),
-                                c.length[:, None] + jnp.arange(2), c)[2]
-        return one, two, cache.length[0] % 2 == 0
 
-    def with_cond(cache):
-        one, two, pred = passes(cache)
-        return jax.lax.cond(pred, two, one, cache)
+def _loop_hlo(tiny_model, step, carry):
+    cfg = tiny_model[0]
+    loop = lambda c: jax.lax.while_loop(lambda c: c[0].length[0] < cfg.n_ctx - 4, step, c)
+    return jax.jit(loop).lower(carry).compile().as_text()
 
-    def with_run_if(cache):
-        one, two, pred = passes(cache)
-        return run_if(~pred, one, run_if(pred, two, cache))
+
+def test_the_counter_sees_a_copy_that_must_happen(tiny_model):
+    """The check itself can fail: a loop that keeps the cache from before each pass alongside
+    the updated one cannot update in place, and the copy it makes is counted."""
+    from nanospec.cache import init_cache
+    cfg = tiny_model[0]
+    one, _, _ = _passes(tiny_model)
+    cache = init_cache(cfg.n_layer, cfg.n_head, cfg.head_dim, 1, cfg.n_ctx)
+    hlo = _loop_hlo(tiny_model, lambda c: (one(c[0]), c[0]), (cache, cache))
+    assert copies_in_loop(hlo, cache_shape(cfg)) > 0
+
+
+def test_run_if_branches_on_the_cache_without_copying(tiny_model):
+    """The choice target_pass makes, written with run_if. (Written with lax.cond, it copied
+    the cache on the XLA this was measured with: cache.py.)"""
+    from nanospec.cache import init_cache, run_if
+    cfg = tiny_model[0]
+    one, two, pick = _passes(tiny_model)
+
+    def step(carry):
+        c = carry[0]
+        return (run_if(~pick(c), one, run_if(pick(c), two, c)),)
 
     cache = init_cache(cfg.n_layer, cfg.n_head, cfg.head_dim, 1, cfg.n_ctx)
-    hlo = lambda step: jax.jit(lambda c: jax.lax.while_loop(lambda c: c.length[0] < 20, step, c)
-                               ).lower(cache).compile().as_text()
-    assert copies_in_loop(hlo(with_cond), cache_shape(cfg)) > 0
-    assert copies_in_loop(hlo(with_run_if), cache_shape(cfg)) == 0
+    assert copies_in_loop(_loop_hlo(tiny_model, step, (cache,)), cache_shape(cfg)) == 0
 
 
 def test_autoregressive_loop_copies_no_cache(tiny_model):
@@ -86,3 +102,25 @@ def test_prompt_lookup_loop_copies_no_cache(tiny_model, skip_unmatched):
     hlo = _fused.lower(graphdef, params, cfg, drafter, (), tokens, lengths, jax.random.key(0),
                        GREEDY, jnp.int32(8), -1, 3).compile().as_text()
     assert copies_in_loop(hlo, cache_shape(cfg)) == 0
+
+
+@pytest.mark.parametrize("method", ["draft", "medusa", "eagle", "mtp", "tree"])
+def test_every_drafters_loop_copies_no_cache(tiny_ckpt_dir, method):
+    """The model drafters keep caches of their own (the draft model, EAGLE's layer): neither
+    theirs nor the target's is copied; nor in the token-tree loop, which moves the accepted
+    path's K/V into place every round."""
+    from nanospec.decode import Bundle
+    from nanospec.tree import Tree
+    from nanospec.tree_speculative import _fused_tree
+    bundle = Bundle.load(tiny_ckpt_dir, ("target", "draft", "medusa", "eagle", "mtp"))
+    cfg, graphdef, params = bundle.models["target"]
+    tokens, lengths = pad_prompts([[1, 2, 3, 1, 2]], cfg.n_ctx)
+    args = (graphdef, params, cfg, *bundle.drafter("draft" if method == "tree" else method),
+            tokens, lengths, jax.random.key(0), GREEDY, jnp.int32(8), -1)
+    program = (_fused_tree.lower(*args, Tree.from_branching((2, 1)), True) if method == "tree"
+               else _fused.lower(*args, 2))
+    shapes = cache_shape(cfg) + cache_shape(bundle.models["draft"][0])
+    if method == "eagle":
+        head = bundle.drafter("eagle")[0].hc.block_config()
+        shapes.append((1, head.n_ctx, head.n_head, head.head_dim))
+    assert copies_in_loop(program.compile().as_text(), shapes) == 0
