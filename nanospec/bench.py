@@ -7,7 +7,9 @@ For every γ it reports (DESIGN §6):
     c      T_draft / T_ar: per-drafted-token cost of the drafter over a target decode step,
            measured on the drafter's whole round (propose + commit, e.g. EAGLE's re-read of
            the accepted features) in place, interleaved with target passes (round_probe),
-           divided by γ — so a drafter of any kind is measured alike
+           divided by γ — so a drafter of any kind is measured alike; each round is timed
+           back to back with the bare target pass it contains, and c comes from the median
+           of 3 × repeats such differences
     r      T_verify(γ+1) / T_ar: one target pass over γ+1 tokens, over a one-token pass
     E      expected tokens per round, (1 − α^{γ+1}) / (1 − α) (with a fraction f of rounds that
            had no drafts — prompt lookup without a match — (1 − f)·E + f, and those rounds
@@ -53,7 +55,7 @@ from nanospec.fileio import atomic_write
 from nanospec.generate import _generate, pad_prompts
 from nanospec.model import ModelConfig
 from nanospec.probes import (FORWARD_CALLS, decode_probe, extra_cost, forward_probe,
-                             interleaved_medians, round_probe)
+                             interleaved_medians, paired_median_differences, round_probe)
 from nanospec.sampling import SamplingParams
 from nanospec.speculative import _fused, check_room
 from nanospec.tree_speculative import _fused_tree, check_tree
@@ -62,6 +64,7 @@ from nanospec.workloads import workload_prompts
 
 
 NOISY = 0.10  # see "tpot_over_decode_probe"
+PAIRED_REPEATS = 3  # c's pairs are timed this many times as often as everything else
 
 
 def iid_acceptance(hist: list[int], rejections: int | None = None) -> float:
@@ -166,12 +169,15 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
     for name, model in models.items():
         for n in (1, tokens):
             probes[("decode", name, n)] = decode_probe(model, probe_prompt, n)
-    for m, gm in runs:
-        probes[("round", m, gm)] = round_probe(target, *bundle.drafter(m), probe_prompt, gm, sp)
-    for block in {1} | {gm + 1 for _, gm in runs}:
-        probes[("forward", block)] = forward_probe(target, block)
+    forwards = {block: forward_probe(target, block) for block in {1} | {gm + 1 for _, gm in runs}}
+    probes.update({("forward", block): fn for block, fn in forwards.items()})
+    # c is a small difference of two larger times: each drafting round is timed right beside
+    # the bare target pass it contains, and (being cheap) more often than the runs.
+    pairs = {run: (round_probe(target, *bundle.drafter(run[0]), probe_prompt, run[1], sp),
+                   forwards[run[1] + 1]) for run in runs}
     with console.status("timing…"):
         med = interleaved_medians(probes, repeats)
+        drafting = paired_median_differences(pairs, PAIRED_REPEATS * repeats)
     step = {name: max(med[("decode", name, tokens)] - med[("decode", name, 1)], 1e-9) / (tokens - 1)
             for name in models}  # seconds per decode step: prefill cancels out
     t_ar = step["target"]
@@ -198,7 +204,7 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
         mt = metrics(hists[(m, gm)], generated=n_total, drafted=counts[(m, gm)][0])
         alpha = iid_acceptance(hists[(m, gm)], counts[(m, gm)][1])
         # seconds of drafting per round: rounds with the target pass, minus the pass alone
-        draft_round = max(med[("round", m, gm)] - med[("forward", gm + 1)], 0.0) / FORWARD_CALLS
+        draft_round = max(drafting[(m, gm)], 0.0) / FORWARD_CALLS
         c = draft_round / (gm * t_ar)
         r = med[("forward", gm + 1)] / fwd1
         # Rounds without drafts (prompt lookup found no match) are one-token decode steps: one

@@ -1,11 +1,13 @@
 """Timing probes for `nanospec bench`: what each piece of a speculative round costs here.
 
 Each probe is a zero-argument function around one compiled program; `interleaved_medians`
-times them round-robin (so a noisy neighbour slows them all alike) and takes medians.
+times them round-robin (so a noisy neighbour slows them all alike) and takes medians;
+`paired_median_differences` times pairs back to back and takes the median difference.
 
     decode_probe   prefill + n greedy decode steps of one model (T_ar from two n's)
     forward_probe  FORWARD_CALLS cached target passes over a block of γ+1 tokens (r)
-    round_probe    FORWARD_CALLS drafting rounds *in place*, interleaved with target passes (c)
+    round_probe    FORWARD_CALLS drafting rounds *in place*, interleaved with target passes
+                   (c: paired with forward_probe over the same block)
     extra_cost     parameters and memory a method adds beside the target (not a timing)
 
 What this file deliberately leaves out: any assertion about time (tests never make one).
@@ -39,6 +41,25 @@ def interleaved_medians(probes: dict, repeats: int) -> dict:
     for _ in range(repeats):
         for k, fn in probes.items():
             samples[k].append(_timed(fn))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def paired_median_differences(pairs: dict, repeats: int) -> dict:
+    """{k: median over `repeats` passes of T(a) − T(b)} for pairs {k: (a, b)} of probes.
+
+    Within a pass the two halves of each pair run back to back, so both see the machine in the
+    same state: a small difference of two large times (a drafter's round with its target pass,
+    minus the pass alone) is far steadier this way than as a difference of two medians taken
+    at different moments (timed that way, the draft model's c at one γ once came out a quarter
+    below its neighbours').
+    """
+    for a, b in pairs.values():  # compile and warm up
+        jax.block_until_ready(a())
+        jax.block_until_ready(b())
+    samples: dict = {k: [] for k in pairs}
+    for _ in range(repeats):
+        for k, (a, b) in pairs.items():
+            samples[k].append(_timed(a) - _timed(b))
     return {k: statistics.median(v) for k, v in samples.items()}
 
 

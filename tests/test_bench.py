@@ -92,3 +92,15 @@ def test_bench_reports_every_column_and_writes_json(bundle, tmp_path):
 def test_a_prompt_too_long_for_the_context_is_a_user_error(tiny_ckpt_dir):
     with pytest.raises(UserError, match="context"):  # the tiny checkpoints hold only 64 tokens
         run_bench(Bundle.load(tiny_ckpt_dir), ("ar", "draft"), (2,), tokens=4, repeats=1, n_prompts=1)
+
+
+def test_each_pair_of_c_probes_runs_back_to_back_in_every_pass():
+    """c is a difference of two probe times; both halves must see the machine in one state."""
+    from nanospec.probes import paired_median_differences
+    calls = []
+    pairs = {k: (lambda k=k: calls.append((k, "round")), lambda k=k: calls.append((k, "pass")))
+             for k in ("x", "y")}
+    out = paired_median_differences(pairs, repeats=3)
+    assert set(out) == {"x", "y"}
+    one_pass = [("x", "round"), ("x", "pass"), ("y", "round"), ("y", "pass")]
+    assert calls == one_pass * 4  # a warm-up pass, then 3 timed ones
