@@ -21,7 +21,8 @@ few small matrices). Three designs, from least to most conditioning on the draft
   and (here) no attention, so it needs no cache of its own.
 
 Two choices keep a draft step cheap, since on a CPU its cost is mostly reading weights: EAGLE's
-layer is half the target's width (projected back into the target's feature space), and every
+layer and the MTP modules are half the target's width (projected back into the target's feature
+space; MTP's matter most, as each depth's weights are read cold every round), and every
 head can draft from a *draft vocabulary* (`HeadConfig.draft_vocab`, FR-Spec style): only those
 rows of the output layer are read, and the target, through the residual, still emits the rest.
 
@@ -60,8 +61,8 @@ class HeadConfig:
     n_ctx: int = 256  # the target's context (EAGLE's position table and cache)
     depth: int = 4  # Medusa heads / MTP modules: the most tokens one round can draft
     n_head: int = 6  # EAGLE's attention heads
-    mlp_mult: int = 4  # MTP modules' MLP width over d_model (EAGLE's block is GPT-2's: 4)
-    width: int = 0  # EAGLE's own width (0: the target's d_model); its output is projected back
+    mlp_mult: int = 4  # MTP modules' MLP width over their width (EAGLE's block is GPT-2's: 4)
+    width: int = 0  # EAGLE's layer / MTP modules' own width (0: d_model); projected back to d_model
     draft_vocab: tuple = ()  # the head drafts among these token ids only (FR-Spec); (): all
 
     def __post_init__(self):  # from JSON metadata the vocabulary arrives as a list
@@ -75,14 +76,16 @@ class HeadConfig:
     def for_target(cls, kind: str, target: ModelConfig, depth: int = 4) -> "HeadConfig":
         if kind not in KINDS:
             raise UserError(f"Unknown head kind {kind!r}; choose one of {', '.join(KINDS)}.")
-        # MTP's MLPs are half GPT-2's width: four modules run in a row every round, and at
-        # 4x they would weigh half the target (5.9M parameters) for little more acceptance.
-        # EAGLE's layer is half the target's width: a draft step's cost on a CPU is mostly
-        # reading weights, and at full width (2.2M parameters) it cost 0.17-0.29 of a target
-        # step in place — too dear for its acceptance to pay (README, "Every way to draft").
+        # EAGLE's layer and the MTP modules are half the target's width: a draft step's cost
+        # on a CPU is mostly reading weights. At full width EAGLE (2.2M parameters) cost
+        # 0.17-0.29 of a target step in place, too dear for its acceptance to pay; MTP is
+        # worse off, as each depth has its own weights, read from memory afresh every round
+        # (the target's pass in between evicts them): at full width (3.6M parameters, MLPs
+        # 2x) a module step cost 0.137 of a target step, at half width (1.5M) 0.105, for
+        # 2-5% fewer tokens per round (README, "Every way to draft").
         return cls(kind, target.d_model, target.vocab_size, target.n_ctx, depth, target.n_head,
                    mlp_mult=2 if kind == "mtp" else 4,
-                   width=target.d_model // 2 if kind == "eagle" else 0)
+                   width=target.d_model // 2 if kind in ("eagle", "mtp") else 0)
 
     def block_config(self) -> ModelConfig:
         """EAGLE's one layer is a GPT-2 block, `width` wide (64-dimensional attention heads)."""
@@ -137,19 +140,23 @@ class EagleHead(nnx.Module):
 
 class MTPModule(nnx.Module):
     def __init__(self, hc: HeadConfig, rngs: nnx.Rngs):
-        C = hc.d_model
+        C, W = hc.d_model, hc.width or hc.d_model
         self.ln_h = nnx.LayerNorm(C, rngs=rngs)
         self.ln_e = nnx.LayerNorm(C, rngs=rngs)
-        self.proj = _linear(rngs, 2 * C, C)
-        self.ln_2 = nnx.LayerNorm(C, rngs=rngs)
-        self.c_fc = _linear(rngs, C, hc.mlp_mult * C)
-        self.c_proj = _linear(rngs, hc.mlp_mult * C, C)
+        self.proj = _linear(rngs, 2 * C, W)
+        self.ln_2 = nnx.LayerNorm(W, rngs=rngs)
+        self.c_fc = _linear(rngs, W, hc.mlp_mult * W)
+        self.c_proj = _linear(rngs, hc.mlp_mult * W, W)
+        # A narrower module projects back into the target's space (as EAGLE's layer does).
+        self.out = _linear(rngs, W, C) if W != C else None
         self.ln_out = nnx.LayerNorm(C, rngs=rngs)  # before the shared output layer
 
     def __call__(self, h, emb):
         """h (..., C) previous depth's representation, emb (..., C) -> (h^k, feature for logits)."""
         x = self.proj(jnp.concatenate([self.ln_h(h), self.ln_e(emb)], axis=-1))
         x = x + self.c_proj(jax.nn.gelu(self.c_fc(self.ln_2(x)), approximate=True))
+        if self.out is not None:
+            x = self.out(x)
         return x, self.ln_out(x)
 
 

@@ -24,9 +24,9 @@ SMALL_CORPUS = CorpusConfig(n_train_docs=60, n_val_docs=6)
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_saved_head_loads_back_exactly(tmp_path, kind):
-    # EAGLE narrower than the target (projected back), and a draft vocabulary, as shipped.
+    # EAGLE and MTP narrower than the target (projected back), a draft vocabulary, as shipped.
     hc = HeadConfig(kind, d_model=32, vocab_size=50, n_ctx=16, depth=3, n_head=2,
-                    width=16 if kind == "eagle" else 0, draft_vocab=(0, 3, 7, 49))
+                    width=0 if kind == "medusa" else 16, draft_vocab=(0, 3, 7, 49))
     _, params = nnx.split(build(hc, seed=1))
     save_head(tmp_path, hc, params, {"note": "test"})
     hc2, _, params2 = load_head(tmp_path, kind)

@@ -43,6 +43,15 @@ def test_every_head_records_how_it_was_trained_and_how_well_it_drafts(kind):
     assert 1 <= acc["mean_acceptance_length"] <= acc["gamma"] + 1
 
 
+@pytest.mark.parametrize("name", ["draft.safetensors", "eagle.safetensors"])
+def test_drafters_with_positions_were_trained_on_every_position_they_draft_at(name):
+    """The draft model and EAGLE have attention and a learned position table: windows shorter
+    than the context leave position rows untrained that drafting still reaches (EAGLE trained
+    on 128-token windows drafted 12-24% fewer tokens per round on long prompts)."""
+    info = read_manifest(SHIPPED)["models"][name]
+    assert info["train"]["seq_len"] >= info["config"]["n_ctx"]
+
+
 def test_all_checkpoints_fit_in_40_mb():
     assert sum(p.stat().st_size for p in SHIPPED.iterdir()) < 40 * 2**20
 

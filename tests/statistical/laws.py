@@ -178,9 +178,10 @@ def tiny_drafters(target, depth: int = 3) -> dict:
     The heads get random weights (scaled like tiny_lm's, Medusa's zero init replaced), so their
     laws are peaked and disagree with the target often: accepts, rejections, residuals and
     bonus tokens all happen many times in N runs. Exactness must not depend on head quality.
-    Shaped as shipped: EAGLE's layer is half the target's width, and EAGLE and MTP draft from a
-    draft vocabulary that leaves token 3 out (only the residual can supply it), while Medusa
-    reads the whole output layer — both paths through `draft_logits` are covered.
+    Shaped as shipped: EAGLE's layer and the MTP modules are half the target's width (projected
+    back), and EAGLE and MTP draft from a draft vocabulary that leaves token 3 out (only the
+    residual can supply it), while Medusa reads the whole output layer — both paths through
+    `draft_logits` are covered.
     """
     from nanospec.drafters import PromptLookup
     from nanospec.feature_drafters import DRAFTERS
@@ -190,7 +191,7 @@ def tiny_drafters(target, depth: int = 3) -> dict:
     out = {"ngram": (PromptLookup(V, max_ngram=2), ())}
     for i, kind in enumerate(KINDS):
         hc = HeadConfig(kind, d_model=cfg.d_model, vocab_size=V, n_ctx=N_CTX, depth=depth,
-                        n_head=cfg.n_head, width=cfg.d_model // 2 if kind == "eagle" else 0,
+                        n_head=cfg.n_head, width=0 if kind == "medusa" else cfg.d_model // 2,
                         draft_vocab=() if kind == "medusa" else DRAFT_VOCAB)
         graphdef, params = nnx.split(build(hc, seed=10 + i))
         leaves, treedef = jax.tree.flatten(params)
