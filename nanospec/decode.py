@@ -65,7 +65,8 @@ class Bundle:
             return PromptLookup(tcfg.vocab_size), ()
         if method in HEADS:
             hc, graphdef, params = self.models[method]
-            return DRAFTERS[method](graphdef, hc, tgraph), (params, tparams)
+            drafter = DRAFTERS[method](graphdef, hc, tgraph)
+            return drafter, drafter.prepare(params, tparams)
         raise UserError(f"Unknown method {method!r}; choose one of {', '.join(METHODS)}.")
 
 

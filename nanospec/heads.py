@@ -127,15 +127,22 @@ class EagleHead(nnx.Module):
         Same cache contract as the model: the T new pairs go to slots `length ..`; a tree of
         pairs passes its ancestor matrix as `block_mask`.
         """
+        x, cache = self.trunk(f, emb, positions, cache, block_mask)
+        return self.project(x), cache
+
+    def trunk(self, f, emb, positions, cache: KVCache | None = None, block_mask=None):
+        """The layer alone: (B, T, width) before the projection back to the target's space."""
         B, T, _ = f.shape
         if cache is None:
             cache = init_cache(1, self.cfg.n_head, self.cfg.head_dim, B, T)
         mask = attention_mask(cache.length, T, cache.capacity, block_mask)  # (B, T, S)
-        x = self.fc(jnp.concatenate([f, emb], axis=-1)) + self.wpe(positions)  # (B, T, C)
+        x = self.fc(jnp.concatenate([f, emb], axis=-1)) + self.wpe(positions)  # (B, T, W)
         x, k, v = self.block(x, cache.k[0], cache.v[0], cache.length, mask)
-        if self.out is not None:
-            x = self.out(x)
         return x, KVCache((k,), (v,), cache.length + T)
+
+    def project(self, x):
+        """(..., width) -> the predicted feature f̂ (..., C) in the target's space."""
+        return self.out(x) if self.out is not None else x
 
 
 class MTPModule(nnx.Module):

@@ -8,7 +8,8 @@ times them round-robin (so a noisy neighbour slows them all alike) and takes med
     forward_probe  FORWARD_CALLS cached target passes over a block of γ+1 tokens (r)
     round_probe    FORWARD_CALLS drafting rounds *in place*, interleaved with target passes
                    (c: paired with forward_probe over the same block)
-    extra_cost     parameters and memory a method adds beside the target (not a timing)
+    extra_cost     parameters and memory a method adds beside the target (not a timing): the
+                   head's parameters, what it derives from them at load, its per-row state
 
 What this file deliberately leaves out: any assertion about time (tests never make one).
 """
@@ -143,10 +144,13 @@ def extra_cost(bundle, method: str, gamma: int) -> dict:
         return {"extra_params": 0, "extra_memory_mb": 0.0}
     cfg, g, p = bundle.models["target"]
     drafter, dparams = bundle.drafter(method)
-    own = dparams[0] if method in KINDS else dparams  # heads: (head, target)
+    own = dparams[0] if method in KINDS else dparams  # heads: (head, target, ...)
     n = count_params(own)
+    # What a head derives from its parameters at load (EAGLE's folded output layer) is memory.
+    derived = dparams[2:] if method in KINDS else ()
+    derived_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(derived))
     tokens, lengths = pad_prompts([[0, 0]], cfg.n_ctx)
     state = jax.eval_shape(lambda: prefill(g, p, cfg, drafter, dparams, tokens, lengths,
                                            jax.random.key(0), gamma))
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state.dstate))
-    return {"extra_params": n, "extra_memory_mb": (4 * n + state_bytes) / 2**20}
+    return {"extra_params": n, "extra_memory_mb": (4 * n + derived_bytes + state_bytes) / 2**20}

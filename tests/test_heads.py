@@ -132,22 +132,43 @@ def test_a_draft_vocabulary_bounds_what_a_head_drafts(target, kind):
     hp = jax.tree.map(lambda x: x + 0.5 * jax.random.normal(jax.random.key(1), x.shape), hp)
     drafter = DRAFTERS[kind](hg, hc, g)
     full = DRAFTERS[kind](hg, dataclasses.replace(hc, draft_vocab=()), g)
+    dp, dp_full = drafter.prepare(hp, p), full.prepare(hp, p)
     tokens = jnp.array([[1, 2, 3, 4, 5, 6]] * 64)
     _, hidden, _ = forward(g, p, tokens, jnp.broadcast_to(jnp.arange(6), tokens.shape))
     outside = np.setdiff1d(np.arange(cfg.vocab_size), vocab)
     for t in (1.0, 0.0):
         sp = SamplingParams.make(t)
         args = (jnp.pad(tokens, ((0, 0), (0, 10))), jnp.full(64, 6), jax.random.key(0), sp, 3)
-        state = drafter.init((hp, p), tokens, jnp.full(64, 6), hidden)
-        drafts, q, _ = drafter.propose((hp, p), state, *args)
+        state = drafter.init(dp, tokens, jnp.full(64, 6), hidden)
+        drafts, q, _ = drafter.propose(dp, state, *args)
         assert np.isin(np.asarray(drafts), vocab).all()
         np.testing.assert_array_equal(np.asarray(q)[..., outside], 0.0)
         np.testing.assert_allclose(np.asarray(q).sum(-1), 1.0, rtol=1e-5)
     # The first draft's law, over the vocabulary, is the whole layer's law renormalised.
-    _, q_full, _ = full.propose((hp, p), full.init((hp, p), tokens, jnp.full(64, 6), hidden),
+    _, q_full, _ = full.propose(dp_full, full.init(dp_full, tokens, jnp.full(64, 6), hidden),
                                 *args[:3], SamplingParams.make(1.0), 3)
     q_full = np.asarray(q_full)[:, 0]
-    _, q, _ = drafter.propose((hp, p), drafter.init((hp, p), tokens, jnp.full(64, 6), hidden),
+    _, q, _ = drafter.propose(dp, drafter.init(dp, tokens, jnp.full(64, 6), hidden),
                               *args[:3], SamplingParams.make(1.0), 3)
     expected = q_full[:, list(vocab)] / q_full[:, list(vocab)].sum(-1, keepdims=True)
     np.testing.assert_allclose(np.asarray(q)[:, 0][:, list(vocab)], expected, rtol=1e-4, atol=1e-6)
+
+
+def test_eagle_folds_its_projection_into_the_output_layer_without_changing_its_law(target):
+    """EAGLE drafts from h (K Wᵀ) + k Wᵀ, made once at load; it must be the law of the
+    projected feature, (h K + k) Wᵀ, through the same pipeline (biases non-zero here)."""
+    from nanospec.sampling import sampling_probs
+    cfg, g, p = target
+    hc = dataclasses.replace(HeadConfig.for_target("eagle", cfg),
+                             draft_vocab=tuple(range(0, cfg.vocab_size, 2)))
+    hg, hp = nnx.split(build(hc, seed=5))
+    hp = jax.tree.map(lambda x: x + 0.3 * jax.random.normal(jax.random.key(2), x.shape), hp)
+    drafter = DRAFTERS["eagle"](hg, hc, g)
+    dp = drafter.prepare(hp, p)
+    head, tmodel = drafter.parts(dp)
+    assert head.out is not None  # narrower than the target, as shipped: there is a fold
+    h = jax.random.normal(jax.random.key(3), (5, head.cfg.d_model))
+    for t in (1.0, 0.7):
+        sp = SamplingParams.make(t)
+        unfolded = sampling_probs(drafter.draft_logits(drafter.output_layer(tmodel), head.project(h)), sp)
+        np.testing.assert_allclose(drafter.law(dp, h, sp), unfolded, rtol=1e-4, atol=1e-7)

@@ -203,6 +203,7 @@ def tiny_drafters(target, depth: int = 3) -> dict:
             # rest, makes f̂ so large that q is one-hot (a head that never samples, which the
             # wrong-temperature power test cannot tell from a right one): soften it.
             params["out"]["kernel"] = params["out"]["kernel"] * EAGLE_OUT_SCALE
-        out[kind] = (DRAFTERS[kind](graphdef, hc, g), (params, p))
+        drafter = DRAFTERS[kind](graphdef, hc, g)
+        out[kind] = (drafter, drafter.prepare(params, p))
     return out
 
