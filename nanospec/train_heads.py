@@ -46,7 +46,7 @@ class HeadsTrainConfig:
     # Windows as long as the target's context: EAGLE has attention and a position table, and
     # trained on 128-token windows it met positions 128-255 only when drafting (untrained
     # position rows, longer attention spans); its tokens per round on the repetitive
-    # workload, whose long prompts draft mostly past 128, were 12-25% lower (README).
+    # workload, whose long prompts draft mostly past 128, were 12-24% lower (README).
     seq_len: int = 256  # tokens per window (the target's n_ctx)
     lr: float = 2e-3  # peak learning rate (every head)
     depth: int = 4  # Medusa heads and MTP modules
