@@ -28,7 +28,7 @@ For every γ it reports (DESIGN §6):
     extra         what the method adds beside the target: parameters (heads reuse the target's
                   embedding and output layer, which are not counted) and memory (those
                   parameters in float32, what a head derives from them at load — EAGLE's
-                  folded output layer — and the drafter's per-row state, e.g. its KV cache)
+                  folded layers — and the drafter's per-row state, e.g. its KV cache)
 
 Method: every program is compiled and warmed up first; then `repeats` rounds time every method
 on every workload prompt (batch 1, EOS disabled so each run decodes exactly `tokens` tokens,

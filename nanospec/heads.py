@@ -132,12 +132,15 @@ class EagleHead(nnx.Module):
 
     def trunk(self, f, emb, positions, cache: KVCache | None = None, block_mask=None):
         """The layer alone: (B, T, width) before the projection back to the target's space."""
-        B, T, _ = f.shape
+        return self.layer(self.fc(jnp.concatenate([f, emb], axis=-1)), positions, cache, block_mask)
+
+    def layer(self, x, positions, cache: KVCache | None = None, block_mask=None):
+        """From the fused input x = fc([f ; emb]) (B, T, width) on: positions, the block."""
+        B, T, _ = x.shape
         if cache is None:
             cache = init_cache(1, self.cfg.n_head, self.cfg.head_dim, B, T)
         mask = attention_mask(cache.length, T, cache.capacity, block_mask)  # (B, T, S)
-        x = self.fc(jnp.concatenate([f, emb], axis=-1)) + self.wpe(positions)  # (B, T, W)
-        x, k, v = self.block(x, cache.k[0], cache.v[0], cache.length, mask)
+        x, k, v = self.block(x + self.wpe(positions), cache.k[0], cache.v[0], cache.length, mask)
         return x, KVCache((k,), (v,), cache.length + T)
 
     def project(self, x):

@@ -146,7 +146,7 @@ def extra_cost(bundle, method: str, gamma: int) -> dict:
     drafter, dparams = bundle.drafter(method)
     own = dparams[0] if method in KINDS else dparams  # heads: (head, target, ...)
     n = count_params(own)
-    # What a head derives from its parameters at load (EAGLE's folded output layer) is memory.
+    # What a head derives from its parameters at load (EAGLE's folded layers) is memory.
     derived = dparams[2:] if method in KINDS else ()
     derived_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(derived))
     tokens, lengths = pad_prompts([[0, 0]], cfg.n_ctx)

@@ -154,21 +154,28 @@ def test_a_draft_vocabulary_bounds_what_a_head_drafts(target, kind):
     np.testing.assert_allclose(np.asarray(q)[:, 0][:, list(vocab)], expected, rtol=1e-4, atol=1e-6)
 
 
-def test_eagle_folds_its_projection_into_the_output_layer_without_changing_its_law(target):
-    """EAGLE drafts from h (K Wᵀ) + k Wᵀ, made once at load; it must be the law of the
-    projected feature, (h K + k) Wᵀ, through the same pipeline (biases non-zero here)."""
+@pytest.mark.parametrize("width", ["half", "full"])
+def test_eagle_folds_its_projection_without_changing_its_law_or_its_next_input(target, width):
+    """EAGLE drafts from h M + m and feeds h A + a + E[x] back in, made once at load
+    (EagleFold); they must be the law of the projected feature f̂ = project(h) through the same
+    pipeline, and fc([f̂ ; embed(x)]). Biases non-zero; a full-width layer folds the identity."""
     from nanospec.sampling import sampling_probs
     cfg, g, p = target
     hc = dataclasses.replace(HeadConfig.for_target("eagle", cfg),
                              draft_vocab=tuple(range(0, cfg.vocab_size, 2)))
+    if width == "full":
+        hc = dataclasses.replace(hc, width=0)
     hg, hp = nnx.split(build(hc, seed=5))
     hp = jax.tree.map(lambda x: x + 0.3 * jax.random.normal(jax.random.key(2), x.shape), hp)
     drafter = DRAFTERS["eagle"](hg, hc, g)
     dp = drafter.prepare(hp, p)
     head, tmodel = drafter.parts(dp)
-    assert head.out is not None  # narrower than the target, as shipped: there is a fold
+    assert (head.out is None) == (width == "full")
     h = jax.random.normal(jax.random.key(3), (5, head.cfg.d_model))
     for t in (1.0, 0.7):
         sp = SamplingParams.make(t)
         unfolded = sampling_probs(drafter.draft_logits(drafter.output_layer(tmodel), head.project(h)), sp)
         np.testing.assert_allclose(drafter.law(dp, h, sp), unfolded, rtol=1e-4, atol=1e-7)
+    x = jnp.array([0, 7, 20, cfg.vocab_size - 1, 13])
+    unfolded = head.fc(jnp.concatenate([head.project(h), tmodel.wte(x)], axis=-1))
+    np.testing.assert_allclose(drafter.step_input(dp, h, x), unfolded, rtol=1e-4, atol=1e-5)
