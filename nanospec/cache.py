@@ -10,6 +10,11 @@ own block that the block mask allows. They are overwritten by the next write.
 
 Branching on a cache: `run_if`, not `lax.cond` (see its docstring).
 
+Capacity (`capacity`): the slots a run can reach — its prompt's bucket plus max_new_tokens,
+at most the model's context — rounded up to a power of two, plus the width of one round's
+block. A 3-token answer to a short prompt needs 32 slots, not the context's 256, which is
+what lets `--num-samples 100000` fit in memory.
+
 What this file deliberately leaves out: paging, sharing prefixes between rows, quantisation.
 """
 
@@ -36,6 +41,25 @@ def init_cache(n_layer: int, n_head: int, head_dim: int, batch: int, capacity: i
     zeros = tuple(jnp.zeros(shape, dtype) for _ in range(n_layer))
     return KVCache(k=zeros, v=tuple(jnp.zeros(shape, dtype) for _ in range(n_layer)),
                    length=jnp.zeros((batch,), jnp.int32))
+
+
+def capacity(n_ctx: int, prompt_width: int, max_new: int, block: int = 1) -> int:
+    """Cache slots for a run: every position it can reach, plus `block - 1` slack slots.
+
+    subtle: a round writes a fixed-width block (γ+1 tokens, or a tree) even when fewer slots
+    are left before the context's end; the slack takes the block's padding there, instead of
+    `dynamic_update_slice` clamping the write back onto committed slots. Nothing at or past
+    the context's end is ever read. Rounding the reach up to a power of two keeps the number
+    of compiled programs small (capacity is static).
+
+    >>> capacity(256, 16, 2), capacity(256, 16, 2, block=5), capacity(256, 64, 1000)
+    (32, 36, 256)
+    """
+    reach = min(n_ctx, prompt_width + max_new)
+    rounded = 16
+    while rounded < reach:
+        rounded *= 2
+    return min(rounded, n_ctx) + block - 1
 
 
 def rollback(cache: KVCache, length: jax.Array) -> KVCache:

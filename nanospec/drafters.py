@@ -3,11 +3,12 @@
 Every drafter implements one small protocol (and is a frozen dataclass, so it is hashable and
 can be a static argument of jit; its weights travel separately as `dparams`):
 
-    init(dparams, tokens, lengths, hidden)                  -> dstate
+    init(dparams, tokens, lengths, hidden, capacity)        -> dstate
     propose(dparams, dstate, seq, length, key, sp, γ)        -> drafts (B, γ), q (B, γ, V), dstate
     commit(dparams, dstate, hidden, emitted, start, length) -> dstate
 
-`seq` (B, S) holds the committed tokens, `length` (B,) how many per row. `q[b, i]` must be
+`seq` (B, S) holds the committed tokens, `length` (B,) how many per row; `capacity` is the
+number of slots the run's caches have (cache.capacity: enough for every round's block). `q[b, i]` must be
 *exactly* the law drafts[b, i] was drawn from — the verify rule's exactness rests on it. A
 deterministic drafter returns one-hot rows (a point mass). The drafter keeps whatever state it
 likes (a KV cache, an index) and must cope with any number of its drafts being rejected: the
@@ -46,7 +47,8 @@ from nanospec.tree_drafting import pick_children, plant, prefixed_mask
 class Drafter(Protocol):
     name: str
 
-    def init(self, dparams, tokens: jax.Array, lengths: jax.Array, hidden: jax.Array) -> Any: ...
+    def init(self, dparams, tokens: jax.Array, lengths: jax.Array, hidden: jax.Array,
+             capacity: int | None = None) -> Any: ...
 
     def propose(self, dparams, dstate, seq: jax.Array, length: jax.Array, key: jax.Array,
                 sp: SamplingParams, gamma: int) -> tuple[jax.Array, jax.Array, Any]: ...
@@ -75,10 +77,10 @@ class DraftModel:
     cfg: ModelConfig
     name: str = "draft"
 
-    def init(self, dparams, tokens, lengths, hidden=None) -> KVCache:
+    def init(self, dparams, tokens, lengths, hidden=None, capacity=None) -> KVCache:
         c = self.cfg
         B, Lb = tokens.shape
-        cache = init_cache(c.n_layer, c.n_head, c.head_dim, B, c.n_ctx)
+        cache = init_cache(c.n_layer, c.n_head, c.head_dim, B, capacity or c.n_ctx)
         positions = jnp.broadcast_to(jnp.arange(Lb), (B, Lb))
         _, _, cache = forward(self.graphdef, dparams, tokens, positions, cache)
         return rollback(cache, lengths - 2)
@@ -194,7 +196,7 @@ class PromptLookup:
     skip_unmatched: bool = True  # no match -> no drafts (a decode step), rather than γ guesses
     name: str = "ngram"
 
-    def init(self, dparams, tokens, lengths, hidden=None):
+    def init(self, dparams, tokens, lengths, hidden=None, capacity=None):
         return ()  # stateless: the committed tokens are the whole index
 
     def _lookup(self, seq, length, gamma):

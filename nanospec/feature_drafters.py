@@ -95,7 +95,7 @@ class _LastFeature(_FeatureDrafter):
     def max_gamma(self) -> int:  # one head / module per drafted position
         return self.hc.depth
 
-    def init(self, dparams, tokens, lengths, hidden):
+    def init(self, dparams, tokens, lengths, hidden, capacity=None):
         return _at(hidden, lengths - 2)
 
     def commit(self, dparams, feat, hidden, emitted, start, length):
@@ -234,11 +234,11 @@ class EagleDrafter(_FeatureDrafter):
                               rollback(cache, start))
         return rollback(cache, length - 1), _at(h, length - 2 - start)
 
-    def init(self, dparams, tokens, lengths, hidden):
+    def init(self, dparams, tokens, lengths, hidden, capacity=None):
         head, _ = self.parts(dparams)
         B = tokens.shape[0]
         following = jnp.concatenate([tokens[:, 1:], tokens[:, -1:]], axis=1)  # token i+1 (pad: junk)
-        return self._read(dparams, head.empty_cache(B), hidden, following,
+        return self._read(dparams, head.empty_cache(B, capacity), hidden, following,
                           jnp.zeros(B, jnp.int32), lengths)
 
     def commit(self, dparams, state, hidden, emitted, start, length):

@@ -30,6 +30,21 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
         raise
 
 
+def check_output(path: str | os.PathLike, suffix: str | None = None, flag: str = "") -> Path:
+    """A file a command will write, checked before any slow work: its folder must exist (a
+    typo in a folder name should not silently create a new tree), and it must have `suffix`."""
+    from nanospec.errors import UserError
+    path = Path(path)
+    if suffix and path.suffix.lower() != suffix:
+        raise UserError(f"{flag} writes a {suffix} file; give a name ending in {suffix}, "
+                        f"not {path.name!r}.")
+    if path.is_dir():
+        raise UserError(f"Cannot write {path}: it is a folder; give a file name.")
+    if not path.parent.is_dir():
+        raise UserError(f"Cannot write {path}: the folder {path.parent} does not exist.")
+    return path
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     """Hex sha256 of a file's bytes, read in chunks so large files do not fill memory."""
     h = hashlib.sha256()

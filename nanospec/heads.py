@@ -118,8 +118,8 @@ class EagleHead(nnx.Module):
         # A narrower layer projects its output back into the target's feature space.
         self.out = _linear(rngs, W, hc.d_model) if W != hc.d_model else None
 
-    def empty_cache(self, batch: int) -> KVCache:
-        return init_cache(1, self.cfg.n_head, self.cfg.head_dim, batch, self.cfg.n_ctx)
+    def empty_cache(self, batch: int, capacity: int | None = None) -> KVCache:
+        return init_cache(1, self.cfg.n_head, self.cfg.head_dim, batch, capacity or self.cfg.n_ctx)
 
     def __call__(self, f, emb, positions, cache: KVCache | None = None, block_mask=None):
         """f, emb (B, T, C): feature at position i and embedding of token i+1 -> f̂_{i+1}.
@@ -140,6 +140,7 @@ class EagleHead(nnx.Module):
         if cache is None:
             cache = init_cache(1, self.cfg.n_head, self.cfg.head_dim, B, T)
         mask = attention_mask(cache.length, T, cache.capacity, block_mask)  # (B, T, S)
+        positions = jnp.minimum(positions, self.cfg.n_ctx - 1)  # past the end: padding (model.py)
         x, k, v = self.block(x + self.wpe(positions), cache.k[0], cache.v[0], cache.length, mask)
         return x, KVCache((k,), (v,), cache.length + T)
 

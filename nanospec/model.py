@@ -37,7 +37,7 @@ from nanospec.cache import KVCache, attention_mask, init_cache, write_block
 class ModelConfig:
     name: str = "target"  # a label for logs, traces and checkpoint files
     vocab_size: int = 2048  # BPE vocabulary (256 bytes + <|endoftext|> + merges)
-    n_ctx: int = 256  # longest sequence: position embeddings and the KV cache capacity
+    n_ctx: int = 256  # longest sequence: position embeddings (a run's cache: cache.capacity)
     n_layer: int = 6  # transformer blocks
     n_head: int = 6  # attention heads per block
     d_model: int = 384  # residual stream width; the MLP is 4x wider
@@ -143,6 +143,10 @@ class GPT(nnx.Module):
         if cache is None:
             cache = self.empty_cache(B, capacity=T)
         mask = attention_mask(cache.length, T, cache.capacity, block_mask)  # (B, T, S)
+        # subtle: a block that runs past the context's end (cache.capacity's slack) carries
+        # positions without an embedding; clamping keeps them finite, and no output at those
+        # positions is ever used (a NaN there would leak into every query through 0 · NaN).
+        positions = jnp.minimum(positions, self.cfg.n_ctx - 1)
         x = self.wte(tokens) + self.wpe(positions)  # (B, T, C)
         ks, vs, hidden = [], [], None
         for i, block in enumerate(self.h):

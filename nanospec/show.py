@@ -4,6 +4,11 @@ One line per round: the drafted tokens, each marked ✓ accepted, ✗ rejected (
 or · discarded (greyed: drafted after a rejection, never judged), then ↻ the token resampled
 from the residual or ★ the bonus token. Symbols carry the meaning, so it reads in monochrome.
 
+Each resampled token shows three numbers, because they differ and the difference is the
+lesson: its probability under the residual norm(max(0, p − q)) it was drawn from, under the
+target (p) and under the draft (q). A bonus token is drawn from p itself. An autoregressive
+run (`--method ar`) is one step per token, each a bonus token in these terms.
+
 What this file deliberately leaves out: animation and probability charts (the visualiser).
 """
 
@@ -25,15 +30,35 @@ def round_text(events: list[dict]) -> Text:
         elif e["type"] in ("resample", "bonus"):
             mark, style = MARKS[e["type"]]
             line.append(f"{mark} {e['text']!r}", style=style)
-            line.append(f" (p={e['p']:.2f})", style="dim")
+            line.append(f" ({extra_numbers(e)})", style="dim")
     return line
+
+
+def extra_numbers(e: dict) -> str:
+    """The resampled or bonus token's probabilities, each named by its law.
+
+    >>> extra_numbers({"type": "resample", "residual": 0.77, "p": 0.07, "q": 0.0})
+    'residual 0.77, p 0.07, q 0.00'
+    >>> extra_numbers({"type": "bonus", "p": 0.5})
+    'p 0.50'
+    """
+    if e["type"] == "bonus":
+        return f"p {e['p']:.2f}"
+    laws = [("residual", e.get("residual")), ("p", e.get("p")), ("q", e.get("q"))]
+    return ", ".join(f"{name} {x:.2f}" for name, x in laws if x is not None)
 
 
 def show_rounds(console: Console, events: list[dict]) -> None:
     start = events[0]
+    autoregressive = start["method"] == "ar"
     console.print(Text.assemble(("prompt ", "dim"), (start["prompt"], "bold")))
-    console.print(Text(f"method {start['method']}, γ = {start['gamma']}, T = {start['temperature']}, "
-                       f"legend: ✓ accepted  ✗ rejected  · discarded  ↻ resampled  ★ bonus", style="dim"))
+    if autoregressive:
+        console.print(Text(f"method ar (autoregressive: one target call per token), "
+                           f"T = {start['temperature']}, legend: ★ the token drawn from p", style="dim"))
+    else:
+        console.print(Text(f"method {start['method']}, γ = {start['gamma']}, T = {start['temperature']}, "
+                           f"legend: ✓ accepted  ✗ rejected  · discarded  ↻ resampled from the "
+                           f"residual  ★ bonus (drawn from p)", style="dim"))
     by_round: dict[tuple[int, int], list[dict]] = {}
     for e in events:
         if "round" in e:
@@ -43,12 +68,17 @@ def show_rounds(console: Console, events: list[dict]) -> None:
         end = evs[-1]
         texts[row] = texts.get(row, "") + end["emitted_text"]
         label = f"row {row} " if start.get("batch", 1) > 1 else ""
-        console.print(Text(f"{label}round {r + 1:>3}  {end['accepted']}/{end['drafted']}  ", style="dim")
-                      + round_text(evs))
+        counts = "" if autoregressive else f"{end['accepted']}/{end['drafted']}  "
+        console.print(Text(f"{label}{'step' if autoregressive else 'round'} {r + 1:>3}  {counts}",
+                           style="dim") + round_text(evs))
     for row, text in sorted(texts.items()):
         console.print(Text.assemble(("\n" + start["prompt"], "bold"), (text, "cyan")))
     s = events[-1]["summary"] if events[-1]["type"] == "run_end" else None
-    if s:
+    if s and not autoregressive:
         console.print(Text(f"acceptance rate {s['acceptance_rate']:.0%}, mean acceptance length "
                            f"{s['mean_acceptance_length']:.2f}, {s['tokens_per_target_call']:.2f} tokens "
                            f"per target call, {s['target_calls_saved']} target calls saved", style="dim"))
+        if s["tokens_per_target_call"] < s["mean_acceptance_length"] - 1e-9:
+            console.print(Text("(fewer tokens per target call than the mean acceptance length: the "
+                               "last round's tokens past EOS or the length limit were judged but "
+                               "not kept)", style="dim"))

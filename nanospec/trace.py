@@ -1,22 +1,31 @@
 """Trace events: what happened in every round, as JSON lines — and the metrics computed from them.
 
 The loop returns fixed-shape arrays (`StepTrace`); `events_from_step` turns them into events on
-the host, after the fact — never by callbacks from inside jit. Schema 1, one JSON object per line,
+the host, after the fact — never by callbacks from inside jit. Schema 2, one JSON object per line,
 each with "schema", "type", and for per-row events "round" (0-based) and "row":
 
   run_start  prompt, prompt_tokens, method, gamma, temperature, top_k, top_p, seed, target, drafter
+  compile    ms: seconds spent compiling (×1000) before round 0 — never inside a round's times
   draft      index (1..γ), position, token, text, q = q(x), q_top = [[id, text, prob], ...]
   verify     p = [p(x₁) .. p(x_γ)], p_top = one top list per position 1..γ+1
   accept     index, position, token, text, p, q, u, ratio        (u < p/q)
   reject     index, position, token, text, p, q, u, ratio        (u ≥ p/q: the first rejection)
   discard    index, position, token, text                        (after a rejection, never judged)
-  resample   position, token, text, p, top (p and top of the residual norm(max(0, p − q)))
-  bonus      position, token, text, p, top (of p_{γ+1})
+  resample   position, token, text, residual, p, q, top: the token's probability under the
+             residual norm(max(0, p − q)) it was drawn from, under the target (p) and the draft
+             (q) at that position, and the residual's most likely tokens
+  bonus      position, token, text, p, top (of p_{γ+1}, the law it was drawn from)
   round_end  accepted, drafted, emitted (ids), emitted_text, length, draft_ms, verify_ms
 
-A round may draft fewer than γ: prompt lookup with no match drafts none, and that round is
-just verify (over the one position), bonus (drawn from p₁) and round_end with drafted = 0.
   run_end    summary (= summarize(all earlier events))
+
+A round may draft fewer than γ: prompt lookup with no match drafts none, nor does any round
+that has no room left before the context's end, and that round is just verify (over the one
+position), bonus (drawn from p₁) and round_end with drafted = 0. An autoregressive run
+(method "ar", gamma 0) is made of such rounds only: one per token.
+
+Schema 2 (this one) labels the resampled token's numbers; schema 1 called the residual's
+probability `p`. `read_jsonl` reads both, renaming schema 1's as it reads.
 
 `summarize(events)` computes every metric once, with the names serving engines use:
 draft acceptance rate = accepted / drafted; mean acceptance length = 1 + accepted / rounds
@@ -28,13 +37,13 @@ all rounds); acceptance histogram (rounds that accepted 0..γ drafts); tokens pe
 import json
 from collections.abc import Iterable
 from pathlib import Path
-
 import numpy as np
 
 from nanospec.errors import UserError
 from nanospec.fileio import atomic_write
 
-SCHEMA = 1
+SCHEMA = 2
+READS = (1, 2)  # schemas read_jsonl accepts
 
 
 def _top(tok, ids, probs) -> list:
@@ -81,10 +90,14 @@ def events_from_step(trace, tok, round_idx: int, timings: dict | None = None) ->
             events.append({**base, "type": "accept" if i < n else "reject", "p": p, "q": q, "u": u,
                            "ratio": p / q if q > 0 else float("inf")})
         y = int(v["token"][b])
-        events.append({**head, "type": "bonus" if v["is_bonus"][b] else "resample",
-                       "position": start + n, "token": y, "text": tok.token_str(y),
-                       "p": float(t["token_prob"][b]),
-                       "top": _top(tok, t["extra_top"][0][b], t["extra_top"][1][b])})
+        extra = {**head, "position": start + n, "token": y, "text": tok.token_str(y)}
+        if v["is_bonus"][b]:
+            extra.update(type="bonus", p=float(t["token_prob"][b]))
+        else:
+            extra.update(type="resample", residual=float(t["token_prob"][b]),
+                         p=float(t["token_p"][b]), q=float(t["token_q"][b]))
+        extra["top"] = _top(tok, t["extra_top"][0][b], t["extra_top"][1][b])
+        events.append(extra)
         k = int(t["n_emitted"][b])
         emitted = [int(x) for x in t["emitted"][b, :k]]
         events.append({**head, "type": "round_end", "accepted": n, "drafted": gamma,
@@ -92,6 +105,14 @@ def events_from_step(trace, tok, round_idx: int, timings: dict | None = None) ->
                        "length": start + k, "draft_ms": 1e3 * timings.get("draft_s", 0.0),
                        "verify_ms": 1e3 * timings.get("verify_s", 0.0)})
     return events
+
+
+def _upgrade(e: dict) -> dict:
+    """A schema 1 event as schema 2: its resample event's `p` was the residual's probability
+    (the target's and the draft's were not recorded)."""
+    if e["schema"] == 1 and e.get("type") == "resample":
+        e = {**e, "residual": e.get("p"), "p": None, "q": None}
+    return {**e, "schema": SCHEMA}
 
 
 def _to_numpy(trace) -> dict:
@@ -151,6 +172,10 @@ def summarize(events: Iterable[dict]) -> dict:
             "verify_ms": sum(e["verify_ms"] for e in ends)}
 
 
+def compile_event(seconds: float) -> dict:
+    return {"schema": SCHEMA, "type": "compile", "ms": 1e3 * seconds}
+
+
 def run_end(events: list[dict]) -> dict:
     return {"schema": SCHEMA, "type": "run_end", "summary": summarize(events)}
 
@@ -172,10 +197,10 @@ def read_jsonl(path: str | Path) -> list[dict]:
             e = json.loads(line)
         except ValueError:
             raise UserError(f"{path} line {n} is not valid JSON (truncated trace?).") from None
-        if not isinstance(e, dict) or e.get("schema") != SCHEMA:
+        if not isinstance(e, dict) or e.get("schema") not in READS:
             raise UserError(f"{path} line {n} has schema {e.get('schema') if isinstance(e, dict) else None}"
-                            f"; this nanospec reads schema {SCHEMA}.")
-        events.append(e)
+                            f"; this nanospec reads schemas {' and '.join(map(str, READS))}.")
+        events.append(_upgrade(e))
     if not events or events[0].get("type") != "run_start":
         raise UserError(f"{path} does not start with a run_start event; is it a nanospec trace?")
     return events

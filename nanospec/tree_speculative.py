@@ -35,7 +35,7 @@ import numpy as np
 from nanospec.errors import UserError
 from nanospec.model import ModelConfig, forward
 from nanospec.sampling import SamplingParams, sampling_probs
-from nanospec.speculative import SpecState, commit_round, prefill
+from nanospec.speculative import SpecState, commit_round, full_capacity, shared_prefill
 from nanospec.tree import Tree, compact_path, gather_path, tree_positions, verify_tree
 from nanospec.tree_drafting import Grown
 
@@ -74,7 +74,7 @@ def tree_verify_phase(graphdef, params, cfg: ModelConfig, drafter, dparams, stat
     emitted = emitted.at[jnp.arange(B), v.n_accepted].set(v.token)  # (B, D+1)
     cache = compact_path(cache, start, v.path, tree)
     new_state, _ = commit_round(cfg, state, cache, v.n_accepted, emitted, max_new, eos_id,
-                                tree.size, jnp.full((B,), tree.max_depth, jnp.int32), v.is_bonus)
+                                jnp.full((B,), tree.max_depth, jnp.int32), v.is_bonus)
     return new_state._replace(dstate=drafter.commit_tree(
         dparams, state.dstate, gather_path(hidden, v.path), emitted, start, new_state.length))
 
@@ -85,11 +85,17 @@ def tree_step(graphdef, params, cfg, drafter, dparams, state, sp, max_new, eos_i
                              eos_id, tree)
 
 
-@partial(jax.jit, static_argnames=("graphdef", "cfg", "drafter", "eos_id", "tree", "top"))
+@partial(jax.jit, static_argnames=("graphdef", "cfg", "drafter", "eos_id", "tree", "top", "capacity",
+                                   "shared"))
 def _fused_tree(graphdef, params, cfg, drafter, dparams, tokens, lengths, key, sp, max_new,
-                eos_id, tree, top):
+                eos_id, tree, top, capacity=None, shared=False):
     # The state's counters are shaped by the accepted depth: a chain of γ = max_depth.
-    state = prefill(graphdef, params, cfg, drafter, dparams, tokens, lengths, key, tree.max_depth)
+    # subtle: near the context's end the tree still has its full depth; tokens it accepts past
+    # the end are cut like those past max_new (commit_round), which leaves the law of what is
+    # kept unchanged. Its block (the tree, and the draft model's [second-last, root, nodes])
+    # needs tree.size + 1 slack slots.
+    state = shared_prefill(graphdef, params, cfg, drafter, dparams, tokens, lengths, key,
+                           tree.max_depth, capacity or full_capacity(cfg, tree.size + 1), shared)
     step = lambda s: tree_step(graphdef, params, cfg, drafter, dparams, s, sp, max_new, eos_id,
                                tree, top)
     return jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
@@ -106,14 +112,15 @@ def check_tree(cfg: ModelConfig, drafter, lengths, max_new: int, tree: Tree) -> 
     if max_new < 1:
         raise UserError(f"max_new_tokens must be at least 1, got {max_new}.")
     longest = int(np.max(np.asarray(lengths)))
-    if longest + tree.size > cfg.n_ctx:
-        raise UserError(f"The prompt is {longest} tokens; a {tree.size}-node tree leaves no room "
-                        f"in the model's context of {cfg.n_ctx}. Shorten it or use a smaller tree.")
+    if longest >= cfg.n_ctx:
+        raise UserError(f"The prompt is {longest} tokens long but the model's context holds "
+                        f"{cfg.n_ctx}, leaving no room to generate; shorten it.")
 
 
 def tree_generate(graphdef, params, cfg, drafter, dparams, tokens, lengths, key,
-                  sp: SamplingParams, max_new: int, eos_id: int, tree: Tree, top: bool) -> SpecState:
+                  sp: SamplingParams, max_new: int, eos_id: int, tree: Tree, top: bool,
+                  capacity: int | None = None) -> SpecState:
     """Fused driver: the whole generation with token trees in one jitted `lax.while_loop`."""
     check_tree(cfg, drafter, lengths, max_new, tree)
     return _fused_tree(graphdef, params, cfg, drafter, dparams, tokens, lengths, key, sp,
-                       jnp.int32(max_new), eos_id, tree, top)
+                       jnp.int32(max_new), eos_id, tree, top, capacity)

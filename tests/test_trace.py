@@ -73,7 +73,7 @@ def test_every_round_reads_draft_verify_judgement_then_extra_token(run):
 
 def test_events_are_json_and_carry_the_schema(run, tmp_path):
     events, *_ = run
-    assert all(e["schema"] == 1 for e in events)
+    assert all(e["schema"] == 2 for e in events)
     write_jsonl(tmp_path / "t.jsonl", events)
     assert read_jsonl(tmp_path / "t.jsonl") == json.loads(json.dumps(events))
 
@@ -106,8 +106,8 @@ def test_accept_and_reject_events_agree_with_u_and_the_ratio(run):
 
 @pytest.mark.parametrize("content,match", [
     (None, "not found"),
-    ('{"schema": 1, "type": "run_start"}\n{"schema": 1, "ty', "not valid JSON"),
-    ('{"schema": 2, "type": "run_start"}\n', "schema 2"),
+    ('{"schema": 2, "type": "run_start"}\n{"schema": 2, "ty', "not valid JSON"),
+    ('{"schema": 3, "type": "run_start"}\n', "schema 3"),
     ('{"schema": 1, "type": "draft"}\n', "run_start"),
     ("", "run_start"),
 ])

@@ -96,7 +96,7 @@ def test_trees_refuse_what_they_cannot_do(setup):
     with pytest.raises(UserError, match="at most 3 deep"):  # the tiny heads have depth 3
         check_tree(cfg, drafters["medusa"][0], lengths, M, Tree.chain(4))
     with pytest.raises(UserError, match="no room"):
-        check_tree(cfg, drafters["draft"][0], [cfg.n_ctx - 3], M, Tree.from_branching((2, 2)))
+        check_tree(cfg, drafters["draft"][0], [cfg.n_ctx], M, Tree.from_branching((2, 2)))
 
 
 @pytest.mark.parametrize("name", ["draft", "medusa", "eagle", "mtp"])

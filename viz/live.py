@@ -1,10 +1,13 @@
 """Live mode: run the speculative loop round by round and hand each round's events to the UI.
 
-The app calls `LiveRun.rounds()` from a Textual *thread worker*, so JAX never runs on the UI
-thread; everything else here is cheap Python the UI thread may call (settings checks, the
-run_start event). The loop itself is nanospec's step-wise driver, `speculative_rounds`, and each
-round becomes events with `events_from_step` — exactly what `nanospec generate --trace` records,
-so a live run and its saved trace replay identically.
+The app calls `LiveRun.compile()` and then `LiveRun.rounds()` from a Textual *thread worker*,
+so JAX never runs on the UI thread; everything else here is cheap Python the UI thread may call
+(settings checks, the run_start event). Compiling comes first and on its own (nanospec/aot.py),
+so the UI can say "compiling…" while it happens and round 1's times are a round's, not XLA's.
+The loop itself is nanospec's step-wise driver, `speculative_rounds` (or, for method "ar",
+`decode_rounds`: one round per token, no drafts), and each round becomes events with
+`events_from_step` — exactly what `nanospec generate --trace` records, so a live run and its
+saved trace replay identically.
 
 Static vs traced (see nanospec/speculative.py): changing γ, the method or the prompt's length
 bucket compiles new programs; temperature, top-k, top-p, the seed and the prompt's tokens are
@@ -18,12 +21,13 @@ from collections.abc import Iterator
 
 import jax
 
+from nanospec.cache import capacity
 from nanospec.decode import METHODS, Bundle, check_gamma
 from nanospec.errors import UserError
-from nanospec.generate import bucket, pad_prompts
+from nanospec.generate import bucket, compile_decode_rounds, decode_rounds, pad_prompts
 from nanospec.sampling import SamplingParams
-from nanospec.speculative import check_room, speculative_rounds
-from nanospec.trace import events_from_step, run_start
+from nanospec.speculative import check_room, compile_rounds, speculative_rounds
+from nanospec.trace import compile_event, events_from_step, run_start
 from viz.settings import Settings
 
 SPECULATIVE = tuple(m for m in METHODS if m != "ar")  # every drafting method the loop supports
@@ -34,36 +38,73 @@ class LiveRun:
 
     def __init__(self, bundle: Bundle, settings: Settings):
         settings.check()
-        if settings.method not in SPECULATIVE:
+        if settings.method not in METHODS:
             raise UserError(f"Unknown method {settings.method!r}; choose one of "
-                            f"{', '.join(SPECULATIVE)}.")
+                            f"{', '.join(METHODS)}.")
         self.bundle, self.settings = bundle, settings
         self.cfg = bundle.models["target"][0]
         self.prompt_ids = bundle.tok.encode_prompt(settings.prompt)
         check_room(self.cfg, [len(self.prompt_ids)], settings.max_new, settings.gamma)
-        self.drafter, self.dparams = bundle.drafter(settings.method)
-        check_gamma(self.drafter, settings.gamma)
+        self.autoregressive = settings.method == "ar"
+        self.drafter, self.dparams = (None, ()) if self.autoregressive else bundle.drafter(settings.method)
+        if not self.autoregressive:
+            check_gamma(self.drafter, settings.gamma)
+        self.programs = None  # compile() fills it in
 
     @property
     def compile_key(self) -> tuple:
         """What decides whether this run reuses compiled programs (the static arguments)."""
         s = self.settings
-        return (s.method, s.gamma, bucket(len(self.prompt_ids), self.cfg.n_ctx))
+        return (s.method, 0 if self.autoregressive else s.gamma,
+                bucket(len(self.prompt_ids), self.cfg.n_ctx), self._capacity)
+
+    @property
+    def _capacity(self) -> int:
+        s = self.settings
+        block = 1 if self.autoregressive else s.gamma + 1
+        return capacity(self.cfg.n_ctx, bucket(len(self.prompt_ids), self.cfg.n_ctx), s.max_new, block)
 
     def start_event(self) -> dict:
         s = self.settings
-        return run_start(self.bundle.tok, s.prompt, self.prompt_ids, s.method, s.gamma,
-                         s.temperature, s.top_k, s.top_p, s.seed, target=self.cfg.name,
-                         drafter=self.drafter.name)
+        return run_start(self.bundle.tok, s.prompt, self.prompt_ids, s.method,
+                         0 if self.autoregressive else s.gamma, s.temperature, s.top_k, s.top_p,
+                         s.seed, target=self.cfg.name,
+                         drafter="none" if self.autoregressive else self.drafter.name)
+
+    def _inputs(self):
+        s = self.settings
+        tokens, lengths = pad_prompts([self.prompt_ids], self.cfg.n_ctx)
+        return tokens, lengths, jax.random.key(s.seed), SamplingParams.make(s.temperature, s.top_k, s.top_p)
+
+    def compile(self) -> dict:
+        """Compile this run's programs (or find them compiled: 0 s); returns the `compile`
+        event. Runs JAX: call from a worker thread, before `rounds`."""
+        _, graphdef, params = self.bundle.models["target"]
+        tokens, lengths, key, sp = self._inputs()
+        eos, s = self.bundle.tok.eos_id, self.settings
+        if self.autoregressive:
+            self.programs, seconds = compile_decode_rounds(graphdef, params, self.cfg, tokens,
+                                                           lengths, key, sp, eos, self._capacity)
+        else:
+            self.programs, seconds = compile_rounds(graphdef, params, self.cfg, self.drafter,
+                                                    self.dparams, tokens, lengths, key, sp, eos,
+                                                    s.gamma, self._capacity)
+        return compile_event(seconds)
 
     def rounds(self) -> Iterator[list[dict]]:
-        """Each round's events as soon as the round is done. Runs JAX: call from a worker thread."""
+        """Each round's events as soon as the round is done. Runs JAX: call from a worker thread
+        (it compiles first if `compile` was not called)."""
+        if self.programs is None:
+            self.compile()
         s, tok = self.settings, self.bundle.tok
         _, graphdef, params = self.bundle.models["target"]
-        tokens, lengths = pad_prompts([self.prompt_ids], self.cfg.n_ctx)
-        sp = SamplingParams.make(s.temperature, s.top_k, s.top_p)
-        steps = speculative_rounds(graphdef, params, self.cfg, self.drafter, self.dparams, tokens,
-                                   lengths, jax.random.key(s.seed), sp, s.max_new, tok.eos_id,
-                                   s.gamma)
+        tokens, lengths, key, sp = self._inputs()
+        if self.autoregressive:
+            steps = decode_rounds(graphdef, params, self.cfg, tokens, lengths, key, sp, s.max_new,
+                                  tok.eos_id, self._capacity, self.programs)
+        else:
+            steps = speculative_rounds(graphdef, params, self.cfg, self.drafter, self.dparams,
+                                       tokens, lengths, key, sp, s.max_new, tok.eos_id, s.gamma,
+                                       self._capacity, self.programs)
         for r, (trace, _, times) in enumerate(steps):
             yield events_from_step(trace, tok, r, times)

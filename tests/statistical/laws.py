@@ -74,8 +74,10 @@ def encode(seqs: list[list[int]]) -> np.ndarray:
 
 def run_speculative(target, drafter, dparams, prompts: list[list[int]], m: int,
                     sp: SamplingParams, gamma: int, seed: int, chunk: int = 50_000,
-                    tree=None, top: bool = True):
+                    tree=None, top: bool = True, max_new: int | None = None):
     """Generate m tokens for every prompt row; returns {prompt: list of sequences}.
+
+    `max_new` (default m) above m: the context's end, not max_new_tokens, stops the rows.
 
     With `tree`, rounds draft that token tree (top-k siblings if `top`, else sampled) instead
     of a chain of γ."""
@@ -86,11 +88,11 @@ def run_speculative(target, drafter, dparams, prompts: list[list[int]], m: int,
         tokens, lengths = pad_prompts(rows, cfg.n_ctx)
         key = jax.random.fold_in(jax.random.key(seed), c)
         if tree is None:
-            state = _fused(g, p, cfg, drafter, dparams, tokens, lengths, key, sp, jnp.int32(m),
-                           -1, gamma)
+            state = _fused(g, p, cfg, drafter, dparams, tokens, lengths, key, sp,
+                           jnp.int32(max_new or m), -1, gamma)
         else:
             state = _fused_tree(g, p, cfg, drafter, dparams, tokens, lengths, key, sp,
-                                jnp.int32(m), -1, tree, top)
+                                jnp.int32(max_new or m), -1, tree, top)
         for row, seq in zip(rows, generated(state, lengths)):
             out.setdefault(tuple(row), []).append(seq)
     return out
