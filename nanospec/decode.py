@@ -32,7 +32,8 @@ from nanospec.speculative import (_fused, check_room, compile_rounds, generated,
                                   speculative_rounds)
 from nanospec.trace import compile_event, events_from_step, metrics, run_end, run_start
 from nanospec.tree import Tree
-from nanospec.tree_speculative import _fused_tree, check_tree
+from nanospec.tree_speculative import _fused_tree, check_tree, compile_tree_rounds, tree_rounds
+from nanospec.tree_trace import events_from_tree_step
 
 METHODS = ("ar", "draft", "ngram", "medusa", "eagle", "mtp")
 HEADS = KINDS  # drafters that sit on the target (heads.py)
@@ -97,16 +98,15 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
            max_new: int = 32, num_samples: int = 1, with_events: bool = False,
            tree: Tree | None = None, top: bool = True, memory_budget: int = MEMORY_BUDGET,
            progress=None) -> Result:
-    """`tree`: draft a token tree instead of a chain of γ (`top`: top-k siblings, else sampled);
-    trees run in the fused loop only, so they cannot be combined with `with_events`.
+    """`tree`: draft a token tree instead of a chain of γ (`top`: top-k siblings, else sampled).
 
     Many samples run in chunks whose caches fit `memory_budget` bytes (samples.py), each
     reported to `progress(samples_done, num_samples)` if given."""
     if method not in METHODS:
         raise UserError(f"Unknown method {method!r}; choose one of {', '.join(METHODS)}.")
-    if tree is not None and (method == "ar" or with_events):
-        raise UserError("A token tree needs a drafting method, and runs without traces "
-                        "(--trace and --show follow chains only).")
+    if tree is not None and method == "ar":
+        raise UserError("A token tree is drafted; choose a drafting method with --tree, "
+                        "not ar.")
     tok = bundle.tok
     cfg, graphdef, params = bundle.models["target"]
     prompt_ids = tok.encode_prompt(prompt)
@@ -134,11 +134,19 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
     events: list[dict] = []
 
     if with_events:
-        events.append(run_start(tok, prompt, prompt_ids, method, 0 if drafter is None else gamma,
+        events.append(run_start(tok, prompt, prompt_ids, method,
+                                0 if drafter is None else tree.max_depth if tree else gamma,
                                 temperature, top_k, top_p, seed, target=cfg.name,
                                 drafter="none" if drafter is None else drafter.name,
                                 batch=num_samples))
-        if drafter is None:
+        if tree is not None:
+            events[0].update(tree=list(tree.parents), siblings="top" if top else "sample")
+            programs, compile_s = compile_tree_rounds(graphdef, params, cfg, drafter, dparams,
+                                                      tokens, lengths, key, sp, tok.eos_id, tree,
+                                                      top, cap)
+            steps = tree_rounds(graphdef, params, cfg, drafter, dparams, tokens, lengths, key, sp,
+                                max_new, tok.eos_id, tree, top, cap, programs)
+        elif drafter is None:
             programs, compile_s = compile_decode_rounds(graphdef, params, cfg, tokens, lengths, key,
                                                         sp, tok.eos_id, cap)
             steps = decode_rounds(graphdef, params, cfg, tokens, lengths, key, sp, max_new,
@@ -151,7 +159,8 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
         events.append(compile_event(compile_s))
         t0 = time.perf_counter()
         for r, (trace, state, times) in enumerate(steps):
-            events.extend(events_from_step(trace, tok, r, times))
+            events.extend(events_from_step(trace, tok, r, times) if tree is None
+                          else events_from_tree_step(trace, tok, r, tree, times))
         run_s = time.perf_counter() - t0
         events.append(run_end(events))
         outs = new_tokens(state, lengths) if drafter is None else generated(state, lengths)

@@ -34,6 +34,33 @@ def round_text(events: list[dict]) -> Text:
     return line
 
 
+TREE_MARKS = {"accept": ("✓", "bold green"), "reject": ("✗", "bold red strike"),
+              "skip": ("·", "dim")}
+
+
+def tree_lines(event: dict) -> list[Text]:
+    """A tree round's drafted nodes, one line per node, indented by depth, each marked ✓ on
+    the accepted path, ✗ tested and rejected, · never tested."""
+    kids: dict[int, list[dict]] = {}
+    for node in event["nodes"]:
+        kids.setdefault(node["parent"], []).append(node)
+
+    def depth_first(parent):  # each node right under its parent, siblings in trial order
+        for node in kids.get(parent, []):
+            yield node
+            yield from depth_first(node["node"])
+
+    lines = []
+    for node in depth_first(0):
+        mark, style = TREE_MARKS[node["verdict"]]
+        line = Text("      " + "  " * node["depth"])
+        line.append(f"{node['text']!r}", style=style)
+        line.append(f"{mark} ", style=style.replace(" strike", ""))
+        line.append(f"(q {node['q']:.2f}, p {node['p']:.2f})", style="dim")
+        lines.append(line)
+    return lines
+
+
 def extra_numbers(e: dict) -> str:
     """The resampled or bonus token's probabilities, each named by its law.
 
@@ -56,8 +83,11 @@ def show_rounds(console: Console, events: list[dict]) -> None:
         console.print(Text(f"method ar (autoregressive: one target call per token), "
                            f"T = {start['temperature']}, legend: ★ the token drawn from p", style="dim"))
     else:
-        console.print(Text(f"method {start['method']}, γ = {start['gamma']}, T = {start['temperature']}, "
-                           f"legend: ✓ accepted  ✗ rejected  · discarded  ↻ resampled from the "
+        shape = (f"a {len(start['tree'])}-node tree ({start['siblings']} siblings)" if "tree" in start
+                 else f"γ = {start['gamma']}")
+        unjudged = "never tested" if "tree" in start else "discarded"
+        console.print(Text(f"method {start['method']}, {shape}, T = {start['temperature']}, "
+                           f"legend: ✓ accepted  ✗ rejected  · {unjudged}  ↻ resampled from the "
                            f"residual  ★ bonus (drawn from p)", style="dim"))
     by_round: dict[tuple[int, int], list[dict]] = {}
     for e in events:
@@ -71,6 +101,10 @@ def show_rounds(console: Console, events: list[dict]) -> None:
         counts = "" if autoregressive else f"{end['accepted']}/{end['drafted']}  "
         console.print(Text(f"{label}{'step' if autoregressive else 'round'} {r + 1:>3}  {counts}",
                            style="dim") + round_text(evs))
+        for e in evs:
+            if e["type"] == "tree":
+                for line in tree_lines(e):
+                    console.print(line)
     for row, text in sorted(texts.items()):
         console.print(Text.assemble(("\n" + start["prompt"], "bold"), (text, "cyan")))
     s = events[-1]["summary"] if events[-1]["type"] == "run_end" else None

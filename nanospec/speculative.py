@@ -80,9 +80,11 @@ class StepTrace(NamedTuple):
     token_q: jax.Array  # (B,) ... and under the draft's q there (0 for a bonus token)
 
 
-def _top(probs):
+def top_tokens(probs):
+    """(ids, probs) of the TOP most likely tokens along the last axis."""
     probs, ids = jax.lax.top_k(probs, TOP)
     return ids, probs
+
 
 
 def full_capacity(cfg: ModelConfig, block: int) -> int:
@@ -202,7 +204,7 @@ def verify_phase(graphdef, params, cfg: ModelConfig, drafter, dparams, state: Sp
     new_state = new_state._replace(dstate=drafter.commit(
         dparams, state.dstate, hidden, emitted, state.length - 1, new_state.length))
     trace = StepTrace(live, state.length, drafted.drafts, drafted.n_draft, v, n_emit, emitted,
-                      _top(drafted.q), _top(p), _top(v.extra_probs), at(v.extra_probs, v.token),
+                      top_tokens(drafted.q), top_tokens(p), top_tokens(v.extra_probs), at(v.extra_probs, v.token),
                       p[jnp.arange(B), v.n_accepted, v.token],
                       jnp.where(v.is_bonus, 0.0, drafted.q[jnp.arange(B), jnp.minimum(v.n_accepted, gamma - 1), v.token]))
     return new_state, trace

@@ -21,26 +21,50 @@ with `commit_tree`, which has `commit`'s signature — the draft model needs it 
 the accepted tokens, because its own cache holds the tree in node order, not the path.
 
 Static vs traced, and the state, are those of speculative.py (the tree replaces γ; `hist`
-counts rounds by accepted depth). What this file deliberately leaves out: a step-wise
-(traced) driver — trees run in the fused loop only, so `--trace`/`--show` and the visualiser
-stay with chains — and dynamic trees that reshape per round (EAGLE-2).
+counts rounds by accepted depth). Two drivers, as for chains: `_fused_tree` (one
+`lax.while_loop`) and `tree_rounds` (a generator yielding each round's `TreeTrace`: the tree
+drafted, the path accepted — tree_trace.py turns it into events). What this file
+deliberately leaves out: dynamic trees that reshape per round (EAGLE-2).
 """
 
+import time
 from functools import partial
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from nanospec.aot import compiled
 from nanospec.errors import UserError
 from nanospec.model import ModelConfig, forward
 from nanospec.sampling import SamplingParams, sampling_probs
-from nanospec.speculative import SpecState, commit_round, full_capacity, shared_prefill
+from nanospec.speculative import (SpecState, _prefill_jit, at, commit_round, full_capacity,
+                                  shared_prefill, top_tokens)
 from nanospec.tree import Tree, compact_path, gather_path, tree_positions, verify_tree
 from nanospec.tree_drafting import Grown
 
 
 RANKING = SamplingParams.make(1.0)  # top-k siblings are ranked by the drafter's plain softmax
+
+
+class TreeTrace(NamedTuple):
+    """Everything one tree round decided, as fixed-shape arrays (tree_trace.py reads them)."""
+
+    live: jax.Array  # (B,) bool: the row took part in this round
+    start: jax.Array  # (B,) int32: committed length before the round
+    tokens: jax.Array  # (B, N): node 0 is the last committed token, the rest were drafted
+    q_x: jax.Array  # (B, N) each node's probability under the law it was drafted from
+    p_x: jax.Array  # (B, N) ... and under the target's law at its parent
+    path: jax.Array  # (B, D+1) accepted nodes from the root (tree.TreeVerdict)
+    n_accepted: jax.Array  # (B,) accepted drafted nodes = depth reached
+    token: jax.Array  # (B,) the correction or bonus token
+    is_bonus: jax.Array  # (B,) the path ended at a leaf: `token` was drawn from p there
+    n_emitted: jax.Array  # (B,) tokens appended (cut short by EOS, max_new or the context)
+    emitted: jax.Array  # (B, D+1) the appended tokens (valid up to n_emitted)
+    extra_top: tuple  # (ids, probs) each (B, TOP): the law `token` was drawn from
+    token_prob: jax.Array  # (B,) `token`'s probability under that law
+    token_p: jax.Array  # (B,) ... and under the target's p at the node where the path stopped
 
 
 def tree_draft_phase(drafter, dparams, state: SpecState, sp: SamplingParams, tree: Tree, top: bool):
@@ -73,16 +97,25 @@ def tree_verify_phase(graphdef, params, cfg: ModelConfig, drafter, dparams, stat
     emitted = jnp.concatenate([path_tokens[:, 1:], jnp.zeros((B, 1), jnp.int32)], axis=1)
     emitted = emitted.at[jnp.arange(B), v.n_accepted].set(v.token)  # (B, D+1)
     cache = compact_path(cache, start, v.path, tree)
-    new_state, _ = commit_round(cfg, state, cache, v.n_accepted, emitted, max_new, eos_id,
-                                jnp.full((B,), tree.max_depth, jnp.int32), v.is_bonus)
-    return new_state._replace(dstate=drafter.commit_tree(
+    new_state, n_emit = commit_round(cfg, state, cache, v.n_accepted, emitted, max_new, eos_id,
+                                     jnp.full((B,), tree.max_depth, jnp.int32), v.is_bonus)
+    new_state = new_state._replace(dstate=drafter.commit_tree(
         dparams, state.dstate, gather_path(hidden, v.path), emitted, start, new_state.length))
+    # The trace (XLA drops it in the fused loop, where nothing reads it).
+    rows, parents = jnp.arange(B)[:, None], jnp.maximum(jnp.asarray(tree.parents), 0)
+    stop = jnp.take_along_axis(v.path, v.n_accepted[:, None], axis=1)[:, 0]  # (B,) last node
+    trace = TreeTrace(~state.done, state.length, grown.tokens,
+                      jnp.take_along_axis(grown.node_q, grown.tokens[..., None], axis=2)[..., 0],
+                      p[rows, parents[None, :], grown.tokens], v.path, v.n_accepted, v.token,
+                      v.is_bonus, n_emit, emitted, top_tokens(v.extra_probs),
+                      at(v.extra_probs, v.token), p[jnp.arange(B), stop, v.token])
+    return new_state, trace
 
 
 def tree_step(graphdef, params, cfg, drafter, dparams, state, sp, max_new, eos_id, tree, top):
     grown, state = tree_draft_phase(drafter, dparams, state, sp, tree, top)
     return tree_verify_phase(graphdef, params, cfg, drafter, dparams, state, grown, sp, max_new,
-                             eos_id, tree)
+                             eos_id, tree)[0]
 
 
 @partial(jax.jit, static_argnames=("graphdef", "cfg", "drafter", "eos_id", "tree", "top", "capacity",
@@ -124,3 +157,49 @@ def tree_generate(graphdef, params, cfg, drafter, dparams, tokens, lengths, key,
     check_tree(cfg, drafter, lengths, max_new, tree)
     return _fused_tree(graphdef, params, cfg, drafter, dparams, tokens, lengths, key, sp,
                        jnp.int32(max_new), eos_id, tree, top, capacity)
+
+
+_tree_draft_jit = jax.jit(tree_draft_phase, static_argnames=("drafter", "tree", "top"),
+                          donate_argnames=("state",))
+_tree_verify_jit = jax.jit(tree_verify_phase, static_argnames=("graphdef", "cfg", "drafter", "eos_id",
+                                                               "tree"), donate_argnames=("state",))
+
+
+def compile_tree_rounds(graphdef, params, cfg, drafter, dparams, tokens, lengths, key,
+                        sp: SamplingParams, eos_id: int, tree: Tree, top: bool,
+                        capacity: int | None = None):
+    """Compile `tree_rounds`' three programs ahead of time: (programs, seconds)."""
+    capacity = capacity or full_capacity(cfg, tree.size + 1)
+    pre, s1 = compiled(_prefill_jit, dict(graphdef=graphdef, cfg=cfg, drafter=drafter,
+                                          gamma=tree.max_depth, capacity=capacity),
+                       dict(params=params, dparams=dparams, tokens=tokens, lengths=lengths, key=key))
+    dr, s2 = compiled(_tree_draft_jit, dict(drafter=drafter, tree=tree, top=top),
+                      dict(dparams=dparams, state=pre.out_info, sp=sp))
+    ve, s3 = compiled(_tree_verify_jit, dict(graphdef=graphdef, cfg=cfg, drafter=drafter,
+                                             eos_id=eos_id, tree=tree),
+                      dict(params=params, dparams=dparams, state=pre.out_info, grown=dr.out_info[0],
+                           sp=sp, max_new=jax.ShapeDtypeStruct((), jnp.int32)))
+    return (pre, dr, ve), s1 + s2 + s3
+
+
+def tree_rounds(graphdef, params, cfg, drafter, dparams, tokens, lengths, key, sp: SamplingParams,
+                max_new: int, eos_id: int, tree: Tree, top: bool, capacity: int | None = None,
+                programs: Any = None):
+    """Step-wise driver: yields (TreeTrace, SpecState, timings) after every round; the same
+    tokens as `tree_generate` for the same key."""
+    check_tree(cfg, drafter, lengths, max_new, tree)
+    if programs is None:
+        programs, _ = compile_tree_rounds(graphdef, params, cfg, drafter, dparams, tokens, lengths,
+                                          key, sp, eos_id, tree, top, capacity)
+    pre, draft, verify = programs
+    state = pre(params=params, dparams=dparams, tokens=tokens, lengths=lengths, key=key)
+    max_new = jnp.int32(max_new)
+    while not bool(jnp.all(state.done)):
+        t0 = time.perf_counter()
+        grown, state = draft(dparams=dparams, state=state, sp=sp)
+        jax.block_until_ready(grown)
+        t1 = time.perf_counter()
+        state, trace = verify(params=params, dparams=dparams, state=state, grown=grown, sp=sp,
+                              max_new=max_new)
+        jax.block_until_ready(state.length)
+        yield trace, state, {"draft_s": t1 - t0, "verify_s": time.perf_counter() - t1}
