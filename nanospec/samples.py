@@ -27,7 +27,9 @@ from nanospec.errors import UserError
 from nanospec.generate import new_tokens
 from nanospec.speculative import generated, state_counters
 
-MEMORY_BUDGET = 2 * 2**30  # bytes a chunk's rows may take on the device (measured: results.md)
+# Bytes a chunk's rows may take on the device. Measured with the shipped target, 100,000
+# samples of 2 tokens: 61 chunks of 1,659 rows, 87 s, 2.65 GB peak resident memory in all.
+MEMORY_BUDGET = 2 * 2**30
 
 
 class Plan(NamedTuple):
