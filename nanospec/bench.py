@@ -1,71 +1,74 @@
 """`nanospec bench`: speculative speedup, measured and predicted, side by side in one run.
 
-For every γ it reports (DESIGN §6):
+For every γ it reports (the performance model: docs/design.md §6):
 
     α      per-draft acceptance probability on the workload (i.i.d. estimate from the loop's
            own counters; the draft acceptance rate, accepted / drafted, is reported beside it)
     c      T_draft / T_ar: per-drafted-token cost of the drafter over a target decode step,
-           measured on the drafter's whole round (propose + commit, e.g. EAGLE's re-read of
-           the accepted features) in place, interleaved with target passes (round_probe),
-           divided by γ — so a drafter of any kind is measured alike; each round is timed
-           back to back with the bare target pass it contains, and c comes from the median
-           of 3 × repeats such differences
+           from its whole round (propose + commit) timed in place, back to back with the bare
+           target pass it contains (round_probe), divided by γ: the median of 3 × repeats pairs
     r      T_verify(γ+1) / T_ar: one target pass over γ+1 tokens, over a one-token pass
     E      expected tokens per round, (1 − α^{γ+1}) / (1 − α) (with a fraction f of rounds that
            had no drafts — prompt lookup without a match — (1 − f)·E + f, and those rounds
            cost one target step: the decode-phase cost is (1 − f)(γ·c + r) + f)
-    pred decode   E / (γ·c + r): DESIGN §6's speedup of the decode phase alone
+    pred decode   E / (γ·c + r): the speedup of the decode phase alone
     predicted     the same model end to end: autoregressive time / (prefill + draft prefill +
                   rounds · (γ·T_draft + r·T_ar)), rounds = tokens / E — the measured runs
                   include each prompt's prefill, so the prediction must too
-    measured      autoregressive time / speculative time for the same prompts and tokens
+    measured      autoregressive time / speculative time for the same prompts and tokens,
+                  taken pass by pass (both timed in the same pass), then the median ratio
     meas/pred     the loop's efficiency (overheads, host syncs, recompiles would show here)
     TTFT          time to first token per prompt (prefill, the drafter's too, and one round)
     TPOT ×        time per output token after the first, autoregressive over speculative: the
-                  decode-phase speedup, measured (end to end also pays the prefill)
+                  decode-phase speedup, measured (end to end also pays the prefill); paired
+                  like `measured`, and flagged where it is out of line with it (latency_flags)
     τ/cost        mean acceptance length per unit of draft cost, τ / (γ·c): tokens a round
                   yields per target-step's worth of drafting (the draft's bang for its buck)
-    extra         what the method adds beside the target: parameters (heads reuse the target's
-                  embedding and output layer, which are not counted) and memory (those
-                  parameters in float32, what a head derives from them at load — EAGLE's
-                  folded layers — and the drafter's per-row state, e.g. its KV cache)
+    extra         what the method adds beside the target: parameters (not the target's
+                  embedding and output layer, which heads reuse) and memory (those in float32,
+                  what a head derives from them at load, the drafter's per-row state)
 
-Method: every program is compiled and warmed up first; then `repeats` rounds time every method
+Method: every program is compiled and warmed up first; then `repeats` passes time every method
 on every workload prompt (batch 1, EOS disabled so each run decodes exactly `tokens` tokens,
-every prompt padded to the workload's longest bucket so each program compiles once),
-interleaved so a noisy neighbour slows all methods alike; medians are reported. Per-token costs
-are differences of two runs of the same compiled loop ((T(N) − T(1)) / (N − 1)), so prefill and
-dispatch cancel out. These are ratios measured in one run on one machine — never compare
-absolute times across runs. One decode step is timed twice, by the decode probe and as the
-autoregressive runs' TPOT; where the two differ by more than 10% the report says the run was
-noisy (the machine's speed changed during it: the probes, and so c, r and the predictions,
-saw a different machine than some of the runs did).
+every prompt padded to the workload's one bucket so each program compiles once), round-robin
+so a noisy neighbour slows all methods alike. Times are medians; speedups are medians of ratios
+taken within one pass, never ratios of separate medians. Per-token costs are differences of two
+runs of one compiled loop ((T(N) − T(1)) / (N − 1)), so prefill and dispatch cancel out. All are
+ratios from one run on one machine — never compare absolute times across runs. The decode step
+is timed twice (decode probe, autoregressive TPOT): apart by over 10%, the report calls the run
+noisy. A γ a method cannot run (Medusa and MTP draft one token per head) is skipped and said
+so; a method left with none is refused.
 
 What this file deliberately leaves out: asserting anything about time (tests never do).
 """
 
 import json
 import platform
+import statistics
 
 import jax
 import jax.numpy as jnp
 from rich.console import Console
-from rich.table import Table
 
+from nanospec.errors import UserError
 from nanospec.fileio import atomic_write
 from nanospec.generate import _generate, pad_prompts
 from nanospec.model import ModelConfig
 from nanospec.probes import (FORWARD_CALLS, decode_probe, extra_cost, forward_probe,
-                             interleaved_medians, paired_median_differences, round_probe)
+                             interleaved_samples, paired_latency, paired_median_differences,
+                             round_probe)
 from nanospec.sampling import SamplingParams
 from nanospec.speculative import _fused, check_room
+from nanospec.tables import print_bench
 from nanospec.tree_speculative import _fused_tree, check_tree
 from nanospec.trace import metrics
 from nanospec.workloads import workload_prompts
 
 
-NOISY = 0.10  # see "tpot_over_decode_probe"
 PAIRED_REPEATS = 3  # c's pairs are timed this many times as often as everything else
+# A TPOT speedup above TPOT_SLOPE × end to end + TPOT_MARGIN, or a run that spent under
+# MIN_DECODE_SHARE of its time after the first token, is flagged (see latency_flags).
+TPOT_SLOPE, TPOT_MARGIN, MIN_DECODE_SHARE = 1.5, 0.5, 0.10
 
 
 def iid_acceptance(hist: list[int], rejections: int | None = None) -> float:
@@ -91,34 +94,83 @@ def expected_tokens(alpha: float, gamma: int) -> float:
     return float(sum(alpha ** i for i in range(gamma + 1)))
 
 
-def method_gammas(bundle, method: str, gammas) -> list[int]:
-    """The γ values a method can run: heads draft at most one token per head."""
-    drafter, _ = bundle.drafter(method)
-    most = getattr(drafter, "max_gamma", max(gammas))
-    return [gm for gm in gammas if gm <= most]
+def plan_runs(bundle, methods, gammas, trees: dict | None = None) -> tuple[list, list, list]:
+    """(runs, tree_runs, skipped): the (method, γ) and (method, tree label) pairs to time, and
+    what was left out and why — heads draft at most one token per head, prompt lookup grows no
+    trees. A method left with none of the γ values is refused: silently dropping it would
+    leave a table that looks complete."""
+    runs, skipped = [], []
+    drafters = {m: bundle.drafter(m)[0] for m in methods if m != "ar"}
+    for m, drafter in drafters.items():
+        most = getattr(drafter, "max_gamma", None)
+        fit = [gm for gm in gammas if most is None or gm <= most]
+        if not fit:
+            raise UserError(f"{m} has {most} heads, so it drafts at most γ = {most} tokens per "
+                            f"round; --gamma {','.join(map(str, gammas))} leaves it nothing to run.")
+        if len(fit) < len(gammas):
+            skipped.append({"method": m, "gammas": [gm for gm in gammas if gm not in fit],
+                            "reason": f"{m} has {most} heads, so γ can be at most {most}"})
+        runs += [(m, gm) for gm in fit]
+    tree_runs = []
+    for label, tree in (trees or {}).items():
+        for m, drafter in drafters.items():
+            most = getattr(drafter, "max_gamma", None)
+            if not hasattr(drafter, "propose_tree"):
+                skipped.append({"method": m, "tree": label,
+                                "reason": f"{m} proposes a single continuation"})
+            elif most is not None and tree.max_depth > most:
+                skipped.append({"method": m, "tree": label, "reason": f"{m} has {most} heads, "
+                                f"so a tree can be at most {most} deep"})
+            else:
+                tree_runs.append((m, label))
+    return runs, tree_runs, skipped
+
+
+def latency_flags(measured: float, tpot_speedup: float | None, decode_share: float) -> list[str]:
+    """Why a row's TPOT speedup cannot be trusted beside its end-to-end one (none: []).
+
+    TPOT × = end to end × (AR's share of time after the first token) / (speculation's share),
+    so it may exceed the end-to-end speedup — speculation pays its draft's prefill up front —
+    but not by much. Far above it, or with nearly all the run spent before the first token,
+    TPOT rests on a small difference of two larger times, and timing noise decides it.
+
+    >>> latency_flags(2.04, 54.45, 0.5), latency_flags(2.0, 2.6, 0.6), latency_flags(1.2, None, 0.0)
+    (['tpot_inconsistent'], [], ['tpot_unmeasured', 'ttft_dominates'])
+    """
+    flags = []
+    if tpot_speedup is None or tpot_speedup <= 0:
+        flags.append("tpot_unmeasured")
+    elif tpot_speedup > TPOT_SLOPE * measured + TPOT_MARGIN:
+        flags.append("tpot_inconsistent")
+    if decode_share < MIN_DECODE_SHARE:
+        flags.append("ttft_dominates")
+    return flags
 
 
 def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperature: float = 0.0,
               workload: str = "facts", tokens: int = 64, repeats: int = 3, n_prompts: int = 8,
               seed: int = 0, json_path: str | None = None, console: Console | None = None,
-              trees: dict | None = None) -> dict:
+              trees: dict | None = None, wide: bool | None = None) -> dict:
     """`trees` ({label: Tree}) adds a token-tree run (top-k siblings) for every method that
-    grows trees; those rows report acceptance and measured speedup (no cost model)."""
+    grows trees; those rows report acceptance and measured speedup (no cost model). `wide`:
+    print the single wide table (None: whenever it fits the console; see tables.py)."""
     console = console or Console()
     tok = bundle.tok
     target = bundle.models["target"]
     cfg, g, p = target
     sp = SamplingParams.make(temperature)
+    runs, tree_runs, skipped = plan_runs(bundle, methods, gammas, trees)
     # Every prompt is padded to the workload's one bucket, so each method compiles once (with a
     # bucket per prompt length, XLA's per-program memory maps overran Linux's limit: jax#27201).
     tokens_all, lengths_all = pad_prompts([tok.encode_prompt(t) for t in workload_prompts(workload, n_prompts)],
                                           cfg.n_ctx)
     prompts = [(tokens_all[i:i + 1], lengths_all[i:i + 1]) for i in range(len(lengths_all))]
-    spec_methods = [m for m in methods if m != "ar"]
-    runs = [(m, gm) for m in spec_methods for gm in method_gammas(bundle, m, gammas)]
     for _, gm in runs:
         for _, lengths in prompts:
             check_room(cfg, lengths, tokens, gm)
+    for m, label in tree_runs:
+        for _, lengths in prompts:
+            check_tree(cfg, bundle.drafter(m)[0], lengths, tokens, trees[label])
 
     # Each program takes the number of tokens to generate (traced: 1 and `tokens` share one
     # compiled loop): with 1 it times the first token, prefill included.
@@ -135,14 +187,6 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
         return lambda tk, ln, key, n=tokens: _fused_tree(g, p, cfg, drafter, dparams, tk, ln, key,
                                                          sp, jnp.int32(n), -1, trees[label], True)
 
-    tree_runs = []
-    for label, tree in (trees or {}).items():
-        for m in spec_methods:
-            drafter, _ = bundle.drafter(m)
-            if hasattr(drafter, "propose_tree") and tree.max_depth <= getattr(drafter, "max_gamma", 99):
-                for _, lengths in prompts:
-                    check_tree(cfg, drafter, lengths, tokens, tree)
-                tree_runs.append((m, label))
     programs = {("ar", 0): ar_run}
     programs.update({run: spec_run(*run) for run in runs})
     programs.update({run: tree_run(*run) for run in tree_runs})
@@ -177,8 +221,9 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
     pairs = {run: (round_probe(target, *bundle.drafter(run[0]), probe_prompt, run[1], sp),
                    forwards[run[1] + 1]) for run in runs}
     with console.status("timing…"):
-        med = interleaved_medians(probes, repeats)
+        samples = interleaved_samples(probes, repeats)
         drafting = paired_median_differences(pairs, PAIRED_REPEATS * repeats)
+    med = {k: statistics.median(v) for k, v in samples.items()}
     step = {name: max(med[("decode", name, tokens)] - med[("decode", name, 1)], 1e-9) / (tokens - 1)
             for name in models}  # seconds per decode step: prefill cancels out
     t_ar = step["target"]
@@ -186,15 +231,17 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
     times = {k: med[k] for k in programs}
     n_total = tokens * len(prompts)
 
-    def latency(k) -> dict:
-        """Serving's two latencies (vLLM's names): time to first token, prefill included, and
-        time per output token after it, TPOT = (end to end − TTFT) / (tokens − 1)."""
-        first = med[("first", *k)]
-        return {"ttft_ms": 1e3 * first / len(prompts),
-                "tpot_ms": 1e3 * max(times[k] - first, 1e-9) / (n_total - len(prompts))}
+    def latency(k) -> dict:  # paired with the autoregressive runs of the same passes
+        return paired_latency(samples[k], samples[("first", *k)], samples[("ar", 0)],
+                              samples[("first", "ar", 0)], len(prompts), n_total - len(prompts))
+
+    def timed(k) -> dict:
+        lat = latency(k)
+        return {"seconds": times[k], **lat,
+                "flags": latency_flags(lat["measured_speedup"], lat["tpot_speedup"], lat["decode_share"])}
 
     ar_time = times[("ar", 0)]
-    ar_latency = latency(("ar", 0))
+    ar_latency = {key: latency(("ar", 0))[key] for key in ("ttft_ms", "tpot_ms")}
     # What the autoregressive runs spent outside decode steps (prefill, dispatch): speculation
     # pays it too, plus the draft model's own prefill, so an end-to-end prediction must include it.
     prefill_s = max(ar_time - n_total * t_ar, 0.0)
@@ -215,8 +262,7 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
         round_cost = (1 - empty) * (gm * c + r) + empty  # in target steps
         predicted_time = prefill_s + draft_prefill.get(m, 0.0) + n_total / e * round_cost * t_ar
         pred = ar_time / predicted_time
-        meas = ar_time / times[(m, gm)]
-        lat = latency((m, gm))
+        row = timed((m, gm))
         rows.append({"method": m, "gamma": gm, "alpha": alpha,
                      "acceptance_rate": mt["acceptance_rate"],
                      "mean_acceptance_length": mt["mean_acceptance_length"], "c": c,
@@ -224,20 +270,14 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
                      "tau_per_draft_cost": mt["mean_acceptance_length"] / (gm * c) if c > 0 else None,
                      "verify_over_ar": r, "expected_tokens_per_round": e,
                      "rounds_without_drafts": empty, "predicted_decode_speedup": e / round_cost,
-                     "predicted_speedup": pred, "measured_speedup": meas,
-                     "efficiency": meas / pred, "seconds": times[(m, gm)], **lat,
-                     "tpot_speedup": ar_latency["tpot_ms"] / lat["tpot_ms"],
+                     "predicted_speedup": pred, **row, "efficiency": row["measured_speedup"] / pred,
                      **extra_cost(bundle, m, gm)})
     for m, label in tree_runs:
         mt = metrics(hists[(m, label)], generated=n_total)
-        lat = latency((m, label))
         rows.append({"method": m, "gamma": f"tree {label}", "tree_nodes": trees[label].size,
                      "alpha": iid_acceptance(hists[(m, label)]),
                      "acceptance_rate": mt["acceptance_rate"],
-                     "mean_acceptance_length": mt["mean_acceptance_length"],
-                     "measured_speedup": ar_time / times[(m, label)],
-                     "seconds": times[(m, label)], **lat,
-                     "tpot_speedup": ar_latency["tpot_ms"] / lat["tpot_ms"],
+                     "mean_acceptance_length": mt["mean_acceptance_length"], **timed((m, label)),
                      **extra_cost(bundle, m, trees[label].max_depth)})
     best = max(rows, key=lambda x: x["measured_speedup"]) if rows else None
     report = {"benchmark": "speculative", "workload": workload, "prompts": len(prompts),
@@ -245,13 +285,13 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
               "ar": {"seconds": ar_time, "tokens_per_second": n_total / ar_time,
                      "decode_ms_per_token": t_ar * 1e3, "prefill_seconds": prefill_s, **ar_latency,
                      # one decode step, timed twice (the probe, and the real runs' TPOT): apart
-                     # by more than NOISY, the machine's speed changed during the run
+                     # by more than tables.NOISY, the machine's speed changed during the run
                      "tpot_over_decode_probe": ar_latency["tpot_ms"] / (t_ar * 1e3)},
               "draft_model_decode_ms_per_token": {name: step[name] * 1e3 for name in draft_prefill},
-              "rows": rows, "best": best,
+              "rows": rows, "best": best, "skipped": skipped,
               "machine": {"platform": jax.devices()[0].platform, "cpu": platform.processor() or
                           platform.machine(), "jax": jax.__version__}}
-    _print(console, report)
+    print_bench(console, report, wide)
     if json_path:
         atomic_write(json_path, json.dumps(report, indent=2))
     # subtle: drop every program this run compiled. XLA:CPU maps memory for each one, and a
@@ -259,43 +299,3 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
     # mappings and crashes inside the compiler (jax-ml/jax#27201; see tests/conftest.py).
     jax.clear_caches()
     return report
-
-
-def _print(console: Console, report: dict) -> None:
-    ar = report["ar"]
-    table = Table(title=f"{report['workload']} workload, T = {report['temperature']}, "
-                        f"{report['prompts']} prompts × {report['tokens_per_prompt']} tokens, "
-                        f"median of {report['repeats']}")
-    for col in ("method", "γ", "accept rate", "α", "tok/round", "c", "τ/cost", "r", "E",
-                "pred decode", "predicted", "measured", "meas/pred", "TTFT ms", "TPOT ×",
-                "extra params", "extra MB"):
-        table.add_column(col, justify="left" if col == "method" else "right")
-    table.add_row("ar", "–", "–", "–", "1.00", "–", "–", "1.00", "1.00", "1.00×", "1.00×", "1.00×",
-                  "–", f"{ar['ttft_ms']:.1f}", "1.00×", "0", "0")
-    for r in report["rows"]:
-        fmt = lambda key, spec, unit="": (format(r[key], spec) + unit) if r.get(key) is not None else "–"
-        table.add_row(r["method"], str(r["gamma"]), fmt("acceptance_rate", ".2f"), fmt("alpha", ".2f"),
-                      fmt("mean_acceptance_length", ".2f"), fmt("c", ".3f"),
-                      fmt("tau_per_draft_cost", ".1f"), fmt("verify_over_ar", ".2f"),
-                      fmt("expected_tokens_per_round", ".2f"), fmt("predicted_decode_speedup", ".2f", "×"),
-                      fmt("predicted_speedup", ".2f", "×"), fmt("measured_speedup", ".2f", "×"),
-                      fmt("efficiency", ".2f"), fmt("ttft_ms", ".1f"), fmt("tpot_speedup", ".2f", "×"),
-                      fmt("extra_params", ","), fmt("extra_memory_mb", ".2f"))
-    console.print(table)
-    console.print(f"autoregressive: {ar['tokens_per_second']:.0f} tokens/s end to end; decode step "
-                  f"{ar['decode_ms_per_token']:.3f} ms ({1e3 / ar['decode_ms_per_token']:.0f} tokens/s); "
-                  f"TTFT {ar['ttft_ms']:.1f} ms, TPOT {ar['tpot_ms']:.3f} ms")
-    agree = ar["tpot_over_decode_probe"]
-    if abs(agree - 1) > NOISY:
-        console.print(f"noisy run: the decode probe ({ar['decode_ms_per_token']:.3f} ms) and the "
-                      f"autoregressive runs' TPOT ({ar['tpot_ms']:.3f} ms) time the same step but "
-                      f"differ by {abs(agree - 1):.0%}, so c, r and the predictions are unreliable; "
-                      "the measured speedups are still side by side")
-    for name, ms in report["draft_model_decode_ms_per_token"].items():
-        console.print(f"{name} model alone: decode step {ms:.3f} ms ({1e3 / ms:.0f} tokens/s), "
-                      f"c = {ms / ar['decode_ms_per_token']:.3f} of the target's")
-    if report["best"]:
-        b = report["best"]
-        predicted = f", {b['predicted_speedup']:.2f}× predicted" if "predicted_speedup" in b else ""
-        console.print(f"best: {b['method']} with γ = {b['gamma']}: {b['measured_speedup']:.2f}× "
-                      f"measured{predicted}; {b['tpot_speedup']:.2f}× per output token (TPOT)")

@@ -61,23 +61,33 @@ def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
 
 def cmd_generate(args) -> None:
     from nanospec.decode import Bundle, decode, needs
+    from nanospec.fileio import check_output
     from nanospec.trace import write_jsonl
 
     check_sampling(args.temperature, args.top_k, args.top_p)
+    if not args.prompt:
+        raise UserError("The prompt is empty; give at least one token of text.")
+    if args.json and args.show:
+        raise UserError("--json prints one JSON object and --show prints the rounds in colour; "
+                        "choose one (--trace FILE.jsonl keeps the rounds beside --json).")
+    if args.trace:
+        check_output(args.trace, ".jsonl", "--trace")
     tree = parse_tree(args)
     bundle = Bundle.load(args.checkpoints, needs(args.method))
-    result = decode(bundle, args.prompt, method=args.method, gamma=args.gamma or 4,
-                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                    seed=args.seed, max_new=args.max_new_tokens, num_samples=args.num_samples,
-                    with_events=bool(args.trace or args.show), tree=tree,
-                    top=args.siblings != "sample")
+    with _progress(args.num_samples) as progress:
+        result = decode(bundle, args.prompt, method=args.method, gamma=args.gamma or 4,
+                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                        seed=args.seed, max_new=args.max_new_tokens, num_samples=args.num_samples,
+                        with_events=bool(args.trace or args.show), tree=tree,
+                        top=args.siblings != "sample", progress=progress)
     if args.trace:
         write_jsonl(args.trace, result.events)
     if args.json:
         out = {"prompt": args.prompt, "text": result.texts[0], "tokens": result.tokens[0],
-               "stats": result.stats}
+               "finish_reason": result.finish_reasons[0], "stats": result.stats}
         if args.num_samples > 1:
-            out["samples"] = [{"text": t, "tokens": o} for t, o in zip(result.texts, result.tokens)]
+            out["samples"] = [{"text": t, "tokens": o, "finish_reason": f}
+                              for t, o, f in zip(result.texts, result.tokens, result.finish_reasons)]
         print(json.dumps(out, ensure_ascii=False))
         return
     from rich.console import Console
@@ -90,17 +100,49 @@ def cmd_generate(args) -> None:
             prefix = f"[dim]#{i}[/dim] " if len(result.texts) > 1 else ""
             console.print(f"{prefix}[bold]{escape(args.prompt)}[/bold][cyan]{escape(text)}[/cyan]")
     s = result.stats
-    parts = []
-    if s["compile_seconds"] is None:  # the step-wise driver compiles as it goes
-        head = f"{s['new_tokens']} tokens in {s['generate_seconds']:.3f}s, compilation included"
-    else:
-        head = f"{s['new_tokens']} tokens in {s['generate_seconds']:.3f}s"
-        parts.append(f"{s['tokens_per_second']} tok/s")
+    parts = [f"{s['tokens_per_second']} tok/s", f"compiled in {s['compile_seconds']:.1f}s"]
     if "acceptance_rate" in s:
-        parts.append(f"acceptance {s['acceptance_rate']:.0%}, {s['mean_acceptance_length']:.2f} "
-                     f"tokens per round, {s['rounds']} target calls")
-    line = head + (f" ({'; '.join(parts)})" if parts else "")
-    console.print(f"[dim]{line}[/dim]")
+        parts.append(f"acceptance rate {s['acceptance_rate']:.0%}, mean acceptance length "
+                     f"{s['mean_acceptance_length']:.2f}, {s['rounds']} target calls")
+    console.print(f"[dim]{s['new_tokens']} tokens in {s['generate_seconds']:.3f}s "
+                  f"({'; '.join(parts)})[/dim]")
+    stopped = _stopped_at_context(result.finish_reasons, args.max_new_tokens,
+                                  bundle.models["target"][0].n_ctx)
+    if stopped:
+        console.print(f"[yellow]{stopped}[/yellow]")
+
+
+def _stopped_at_context(reasons: list[str], max_new: int, n_ctx: int) -> str:
+    """One sentence when the context's end, not --max-new-tokens, stopped some samples."""
+    n = reasons.count("context")
+    if not n:
+        return ""
+    which = "the sample" if len(reasons) == 1 else f"{n} of {len(reasons)} samples"
+    return (f"Stopped {which} at the end of the model's {n_ctx}-token context, before "
+            f"--max-new-tokens {max_new} (finish_reason \"context\").")
+
+
+class _progress:
+    """A progress bar on stderr while many samples are drawn in chunks (samples.py); nothing
+    for a handful of samples. Used as `with _progress(n) as progress: ... progress(done, n)`."""
+
+    def __init__(self, n: int):
+        self.n, self.bar, self.task = n, None, None
+
+    def __enter__(self):
+        if self.n < 1000:
+            return None
+        from rich.console import Console
+        from rich.progress import Progress
+        self.bar = Progress(console=Console(stderr=True), transient=True)
+        self.bar.start()
+        self.task = self.bar.add_task("sampling", total=self.n)
+        return lambda done, total: self.bar.update(self.task, completed=done)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+        return False
 
 
 def parse_tree(args):
@@ -156,14 +198,19 @@ def cmd_train(args) -> None:
 
 
 def cmd_eval(args) -> None:
-    from nanospec.evaluate import run_eval
-    run_eval(args.checkpoints, args.models.split(","), json_path=args.json)
+    from nanospec.evaluate import check_models, run_eval
+    from nanospec.tables import console_for
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    check_models(names)  # before loading anything
+    run_eval(args.checkpoints, names, json_path=args.json, console=console_for(args.wide),
+             wide=args.wide or None)
 
 
 def cmd_bench(args) -> None:
     from nanospec.bench import run_bench
     from nanospec.decode import METHODS, Bundle, needs
     from nanospec.fileio import atomic_write
+    from nanospec.tables import console_for
     from nanospec.workloads import WORKLOADS
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -185,9 +232,10 @@ def cmd_bench(args) -> None:
             trees[text] = Tree.from_branching(_int_list(text, "--tree", 1, 16))
         except ValueError as e:
             raise UserError(str(e)) from None
+    console = console_for(args.wide)  # a file or a pipe gets the wide table (tables.py)
     reports = [run_bench(bundle, methods, gammas, temperature=args.temperature, workload=w,
                          tokens=args.tokens, repeats=args.repeats, n_prompts=args.prompts,
-                         trees=trees)
+                         trees=trees, console=console, wide=args.wide or None)
                for w in workloads]
     if args.json:  # one workload: its report; several: {"reports": [...]}
         out = reports[0] if len(reports) == 1 else {"reports": reports}
@@ -235,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int_in(0), default=0)
     g.add_argument("--num-samples", type=int_in(1, 100_000), default=1)
     g.add_argument("--method", choices=list(METHOD_HELP), default="ar",
-                   help="; ".join(f"{k} = {v}" for k, v in METHOD_HELP.items()))
+                   help="; ".join(f"{k} = {v}" for k, v in METHOD_HELP.items()) + " (default ar)")
     g.add_argument("--gamma", type=int_in(1, 32), default=None,
                    help="drafted tokens per round (default 4)")
     g.add_argument("--tree", default=None, metavar="WIDTHS",
@@ -244,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tree siblings: the drafter's top-k tokens (default) or i.i.d. samples")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.add_argument("--trace", default=None, metavar="FILE.jsonl", help="write every round's events")
-    g.add_argument("--show", action="store_true", help="print the rounds in colour")
+    g.add_argument("--show", action="store_true", help="print the rounds (or, for ar, the steps) in colour")
     g.set_defaults(func=cmd_generate)
 
     t = sub.add_parser("train", help="train the tokenizer or a model from scratch")
@@ -258,8 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_train)
 
     e = sub.add_parser("eval", help="fact and function-word accuracy of the shipped models")
-    e.add_argument("--models", default="target,draft")
+    e.add_argument("--models", default="target,draft", help="target, draft or both, comma-separated")
     e.add_argument("--json", default=None, help="also write the results here")
+    e.add_argument("--wide", action="store_true", help="one wide table, however narrow the terminal")
     e.set_defaults(func=cmd_eval)
 
     b = sub.add_parser("bench", help="measure speculative speedups (prints a table, writes JSON)")
@@ -274,6 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--tree", action="append", default=None, metavar="WIDTHS",
                    help="also time this token tree (top-k siblings), e.g. 3,2,1; repeatable")
     b.add_argument("--json", default=None, metavar="FILE", help="also write the report here")
+    b.add_argument("--wide", action="store_true",
+                   help="one wide table, however narrow the terminal (files and pipes get it anyway)")
     b.set_defaults(func=cmd_bench)
     # Other packages add subcommands through the "nanospec.commands" entry-point group (the
     # visualiser registers `demo` this way), so this library never imports them itself.

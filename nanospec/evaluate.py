@@ -20,15 +20,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
 from nanospec.checkpoint import load_models
 from nanospec.corpus import CorpusConfig, build_corpus, capital_prompts, load_countries, people_phrase
+from nanospec.errors import UserError
 from nanospec.fileio import atomic_write
 from nanospec.generate import generate, pad_prompts
 from nanospec.model import forward
 from nanospec.sampling import GREEDY
+from nanospec.tables import print_eval
 from nanospec.train import tokenize_docs
+
+# The models eval can judge: the two language models. The heads draft from the target's
+# features and are no language model on their own; `bench` measures them.
+MODELS = ("target", "draft")
 
 FUNCTION_WORDS = frozenset(
     "the a an of in on at to is are was and or but its it their there this that which with "
@@ -97,20 +102,21 @@ def next_token_accuracy(tok, cfg, graphdef, params, n_windows: int = 64) -> dict
             "function_word_fraction": float(is_fw.mean())}
 
 
-def run_eval(ckpt_dir, names: list[str], json_path: str | None = None) -> dict:
+def check_models(names: list[str]) -> None:
+    """Refuse anything but MODELS, in one sentence, before anything is loaded."""
+    if not names or any(n not in MODELS for n in names):
+        raise UserError(f"--models takes {', '.join(MODELS)} or both, comma-separated (the heads "
+                        f"are measured by `nanospec bench`), got {','.join(names)!r}.")
+
+
+def run_eval(ckpt_dir, names: list[str], json_path: str | None = None,
+             console: Console | None = None, wide: bool | None = None) -> dict:
+    """Judge each named model; `wide`: one row per model (None: whenever it fits the console)."""
+    check_models(names)
     tok, models = load_models(ckpt_dir, names)
     results = {name: {"facts": all_fact_accuracy(tok, *model), **next_token_accuracy(tok, *model)}
                for name, model in models.items()}
-    kinds = list(fact_probes()) + ["all"]
-    table = Table(title="Facts versus grammar: greedy, shipped checkpoints")
-    for col in ["model", *kinds, "function words", "other tokens"]:
-        table.add_column(col, justify="left" if col == "model" else "right")
-    for name, r in results.items():
-        table.add_row(name, *(f"{r['facts'][k]:.0%}" for k in kinds),
-                      f"{r['function_word_accuracy']:.1%}", f"{r['other_token_accuracy']:.1%}")
-    Console().print(table)
-    Console().print("facts: greedy answer to a probe such as \"The population of Japan is about\"; "
-                    "function words / other tokens: teacher-forced top-1 on the validation split.")
+    print_eval(console or Console(), results, list(fact_probes()) + ["all"], wide)
     if json_path:
         atomic_write(json_path, json.dumps(results, indent=2))
     return results

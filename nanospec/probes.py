@@ -1,8 +1,10 @@
 """Timing probes for `nanospec bench`: what each piece of a speculative round costs here.
 
-Each probe is a zero-argument function around one compiled program; `interleaved_medians`
-times them round-robin (so a noisy neighbour slows them all alike) and takes medians;
-`paired_median_differences` times pairs back to back and takes the median difference.
+Each probe is a zero-argument function around one compiled program; `interleaved_samples`
+times them round-robin (so a noisy neighbour slows them all alike) and keeps every pass, so
+`paired_latency` can take ratios within a pass (TTFT, TPOT and the speedups over the
+autoregressive runs); `paired_median_differences` times pairs back to back and takes the
+median difference.
 
     decode_probe   prefill + n greedy decode steps of one model (T_ar from two n's)
     forward_probe  FORWARD_CALLS cached target passes over a block of γ+1 tokens (r)
@@ -34,15 +36,19 @@ def _timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def interleaved_medians(probes: dict, repeats: int) -> dict:
-    """Median seconds of every probe, timed round-robin so noise hits all of them alike."""
+def interleaved_samples(probes: dict, repeats: int) -> dict:
+    """{k: [seconds in pass 1, pass 2, …]}: every probe timed once per pass, round-robin.
+
+    Sample i of every probe comes from the same pass, so a ratio of two probes can be taken
+    pass by pass (see paired_latency) instead of as a ratio of two separate medians.
+    """
     for fn in probes.values():  # compile and warm up
         jax.block_until_ready(fn())
     samples: dict = {k: [] for k in probes}
     for _ in range(repeats):
         for k, fn in probes.items():
             samples[k].append(_timed(fn))
-    return {k: statistics.median(v) for k, v in samples.items()}
+    return samples
 
 
 def paired_median_differences(pairs: dict, repeats: int) -> dict:
@@ -62,6 +68,31 @@ def paired_median_differences(pairs: dict, repeats: int) -> dict:
         for k, (a, b) in pairs.items():
             samples[k].append(_timed(a) - _timed(b))
     return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def paired_latency(full: list[float], first: list[float], ar_full: list[float],
+                   ar_first: list[float], n_prompts: int, n_after_first: int) -> dict:
+    """TTFT, TPOT and the speedups of one method, from the passes that timed it and the
+    autoregressive runs (sample i of each list comes from pass i).
+
+    TTFT is a run that stops at the first token, prefill included; TPOT (vLLM's) is the rest
+    of the run over the tokens after the first: (end to end − TTFT) / (tokens − 1). Both
+    speedups are taken pass by pass, autoregressive over speculative, and then the median of
+    those ratios — a ratio of two medians timed in different passes once put a TPOT speedup of
+    54× beside 2× end to end.
+
+    >>> r = paired_latency([2.0, 4.0], [1.0, 2.0], [4.0, 8.0], [1.0, 1.0], 1, 9)  # pass 2: slower
+    >>> r["measured_speedup"], r["tpot_speedup"], r["decode_share"]
+    (2.0, 3.25, 0.5)
+    """
+    decode = [f - t for f, t in zip(full, first)]  # seconds after the first token, per pass
+    ar_decode = [f - t for f, t in zip(ar_full, ar_first)]
+    tpot = statistics.median(a / d if d > 0 else float("inf") for a, d in zip(ar_decode, decode))
+    return {"ttft_ms": 1e3 * statistics.median(first) / n_prompts,
+            "tpot_ms": 1e3 * statistics.median(decode) / n_after_first,
+            "measured_speedup": statistics.median(a / f for a, f in zip(ar_full, full)),
+            "tpot_speedup": tpot if tpot != float("inf") else None,  # None: nothing left to time
+            "decode_share": statistics.median(d / f for d, f in zip(decode, full))}
 
 
 def decode_probe(model, prompt: list[int], n: int):

@@ -190,6 +190,9 @@ def write_jsonl(path: str | Path, events: list[dict]) -> None:
 def read_jsonl(path: str | Path) -> list[dict]:
     """Read a trace; a missing file, a broken line or another schema is one clear UserError."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path} is a folder; give a trace file (.jsonl) written by "
+                        f"`nanospec generate --trace` or the demo's w key.")
     if not path.is_file():
         raise UserError(f"Trace file not found: {path}.")
     events = []

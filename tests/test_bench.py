@@ -1,4 +1,9 @@
-"""The benchmark runs end to end on a tiny model and reports every column; it asserts no times."""
+"""The benchmark runs end to end on a tiny model and reports every column; it asserts no times.
+
+Also: a γ a method cannot run is skipped out loud (refused when nothing is left), speedups are
+ratios within one timing pass, and a TPOT speedup out of line with end to end is flagged —
+all checked on synthetic numbers, never on wall-clock times.
+"""
 
 import doctest
 import io
@@ -9,8 +14,12 @@ from flax import nnx
 from rich.console import Console
 
 import nanospec.bench
-from nanospec.bench import _print, expected_tokens, iid_acceptance, run_bench
+import nanospec.probes
+from nanospec.bench import expected_tokens, iid_acceptance, latency_flags, plan_runs, run_bench
+from nanospec.cli import main
 from nanospec.decode import METHODS, Bundle
+from nanospec.probes import paired_latency
+from nanospec.tables import print_bench
 from nanospec.heads import KINDS, HeadConfig, build
 from nanospec.tree import Tree
 from nanospec.errors import UserError
@@ -19,6 +28,7 @@ from nanospec.model import GPT, ModelConfig, count_params
 
 def test_doctests():
     assert doctest.testmod(nanospec.bench).failed == 0
+    assert doctest.testmod(nanospec.probes).failed == 0
 
 
 def test_expected_tokens_per_round():
@@ -49,8 +59,10 @@ def bundle(tiny_tokenizer):
 
 def test_bench_reports_every_column_and_writes_json(bundle, tmp_path):
     out = tmp_path / "bench.json"
+    printed = io.StringIO()
     report = run_bench(bundle, METHODS, (1, 3), tokens=4, repeats=1, n_prompts=1,
-                       json_path=str(out), trees={"2,1": Tree.from_branching((2, 1))})
+                       json_path=str(out), trees={"2,1": Tree.from_branching((2, 1))},
+                       console=Console(file=printed, width=250))
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     runs = [(r["method"], r["gamma"]) for r in report["rows"]]
     # Medusa and MTP have 2 heads here, so they skip γ = 3; every other method runs both.
@@ -58,14 +70,22 @@ def test_bench_reports_every_column_and_writes_json(bundle, tmp_path):
     assert runs == [("draft", 1), ("draft", 3), ("ngram", 1), ("ngram", 3), ("medusa", 1),
                     ("eagle", 1), ("eagle", 3), ("mtp", 1)] + [
                         (m, "tree 2,1") for m in ("draft", "medusa", "eagle", "mtp")]
+    # ... and says so, in the JSON and on screen.
+    assert [(s["method"], s.get("gammas", s.get("tree"))) for s in report["skipped"]] == [
+        ("medusa", [3]), ("mtp", [3]), ("ngram", "2,1")]
+    printed = printed.getvalue()
+    assert "skipped: medusa γ = 3 (medusa has 2 heads, so γ can be at most 2)" in printed
+    assert "skipped: ngram tree 2,1" in printed
+    for r in report["rows"]:  # TPOT: measured, or flagged as not measurable
+        assert isinstance(r["flags"], list)
+        assert (r["tpot_speedup"] or 0) > 0 or "tpot_unmeasured" in r["flags"]
     for r in report["rows"][-4:]:
         assert r["tree_nodes"] == 5 and r["measured_speedup"] > 0 and "c" not in r
-        assert r["ttft_ms"] > 0 and r["tpot_speedup"] > 0
+        assert r["ttft_ms"] > 0
     for r in report["rows"][:-4]:
         for key in ("acceptance_rate", "alpha", "c", "tau_per_draft_cost", "verify_over_ar",
                     "predicted_decode_speedup", "predicted_speedup", "measured_speedup",
-                    "efficiency", "extra_memory_mb", "ttft_ms", "tpot_ms", "tpot_speedup",
-                    "rounds_without_drafts"):
+                    "efficiency", "extra_memory_mb", "ttft_ms", "rounds_without_drafts"):
             if key == "tau_per_draft_cost" and r["c"] == 0:
                 assert r[key] is None  # drafting cheaper than the timing noise: not a number
                 continue
@@ -75,18 +95,78 @@ def test_bench_reports_every_column_and_writes_json(bundle, tmp_path):
     assert extra["eagle"] == count_params(bundle.models["eagle"][2]) > 0  # the target's not counted
     assert report["best"] in report["rows"]
     out = io.StringIO()  # a tree row (no prediction) can be the best one too: it must print
-    _print(Console(file=out, width=200), {**report, "best": report["rows"][-1]})
+    print_bench(Console(file=out, width=200), {**report, "best": report["rows"][-1]})
     assert "best: mtp with γ = tree 2,1" in out.getvalue()
     # The same decode step timed two ways: when they disagree, the report says so.
     assert report["ar"]["tpot_over_decode_probe"] > 0
     for agree, warned in ((1.05, False), (1.3, True), (0.8, True)):
         out = io.StringIO()
         ar = {**report["ar"], "tpot_over_decode_probe": agree}
-        _print(Console(file=out, width=200), {**report, "ar": ar})
+        print_bench(Console(file=out, width=200), {**report, "ar": ar})
         assert ("noisy run" in out.getvalue()) == warned, agree
     assert report["ar"]["ttft_ms"] > 0 and report["ar"]["tpot_ms"] > 0
     # Only prompt lookup may skip drafting; every other drafter drafts in every round.
     assert all(r["rounds_without_drafts"] == 0 for r in report["rows"][:-4] if r["method"] != "ngram")
+
+
+def test_a_method_left_with_no_gamma_is_refused_naming_its_largest(bundle):
+    with pytest.raises(UserError, match="mtp has 2 heads, so it drafts at most γ = 2"):
+        plan_runs(bundle, ["ar", "draft", "mtp"], [3, 4])
+    runs, _, skipped = plan_runs(bundle, ["ar", "medusa"], [2, 3, 4])
+    assert runs == [("medusa", 2)]
+    assert skipped == [{"method": "medusa", "gammas": [3, 4],
+                        "reason": "medusa has 2 heads, so γ can be at most 2"}]
+
+
+def test_bench_medusa_gamma_8_is_one_sentence_and_exit_2(capsys, tiny_ckpt_dir):
+    """`generate --method medusa --gamma 8` refuses; `bench` must not drop Medusa silently."""
+    code = main(["--checkpoints", str(tiny_ckpt_dir), "bench", "--methods", "ar,medusa",
+                 "--gamma", "8", "--tokens", "2", "--prompts", "1", "--repeats", "1"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.splitlines() == ["nanospec: error: medusa has 4 heads, so it drafts at most γ = 4 "
+                                "tokens per round; --gamma 8 leaves it nothing to run."]
+
+
+def test_speedups_are_ratios_within_a_pass():
+    # Pass 2 ran on a machine half as fast: both runs took twice as long, the ratio stayed 2.
+    # (The TPOT ratio of the medians would be 2.5 / 1.0: numbers from different passes.)
+    lat = paired_latency(full=[1.0, 2.0, 1.5], first=[0.5, 1.0, 0.5], ar_full=[2.0, 4.0, 3.0],
+                         ar_first=[0.5, 1.0, 0.5], n_prompts=1, n_after_first=10)
+    assert lat["measured_speedup"] == 2.0
+    assert lat["tpot_speedup"] == 3.0  # (2 − .5) / (1 − .5), (4 − 1) / (2 − 1), (3 − .5) / 1
+    assert lat["ttft_ms"] == 500.0 and lat["tpot_ms"] == pytest.approx(100.0)  # 1.0 s / 10
+    assert lat["decode_share"] == 0.5
+    # The first token took the whole run: there is no TPOT to speak of.
+    lat = paired_latency([1.0], [1.0], [2.0], [0.5], 1, 10)
+    assert lat["tpot_speedup"] is None and lat["decode_share"] == 0.0
+
+
+@pytest.mark.parametrize("measured, tpot, share, flags", [
+    (2.04, 54.45, 0.30, ["tpot_inconsistent"]),  # the run that printed 54.45× beside 2.04×
+    (2.04, 3.50, 0.50, []),  # speculation paid its draft's prefill up front: TPOT may lead
+    (2.04, 3.60, 0.50, ["tpot_inconsistent"]),  # ... but not by more than 1.5× + 0.5
+    (1.30, None, 0.00, ["tpot_unmeasured", "ttft_dominates"]),  # nothing left after TTFT
+    (1.30, 1.40, 0.05, ["ttft_dominates"]),  # TPOT from 5% of the run: noise decides it
+    (0.80, 0.90, 0.60, []),  # a slowdown, consistently measured, is not flagged
+])
+def test_a_tpot_speedup_out_of_line_with_end_to_end_is_flagged(measured, tpot, share, flags):
+    assert latency_flags(measured, tpot, share) == flags
+
+
+def test_flagged_rows_are_named_in_one_line_each():
+    report = {"workload": "facts", "temperature": 0.0, "prompts": 1, "tokens_per_prompt": 8,
+              "repeats": 1, "skipped": [], "draft_model_decode_ms_per_token": {},
+              "ar": {"ttft_ms": 1.0, "tpot_ms": 1.0, "tokens_per_second": 1e3,
+                     "decode_ms_per_token": 1.0, "tpot_over_decode_probe": 1.0},
+              "rows": [{"method": "ngram", "gamma": 15, "measured_speedup": 2.04,
+                        "tpot_speedup": 54.45, "decode_share": 0.3, "ttft_ms": 2.0,
+                        "flags": latency_flags(2.04, 54.45, 0.3)}], "best": None}
+    out = io.StringIO()
+    print_bench(Console(file=out, width=250), report)
+    warnings = [line for line in out.getvalue().splitlines() if "ngram γ = 15" in line]
+    assert len(warnings) == 1 and "54.45× per output token beside 2.04× end to end" in warnings[0]
+    assert "54.45×!" in out.getvalue()
 
 
 def test_a_prompt_too_long_for_the_context_is_a_user_error(tiny_ckpt_dir):

@@ -78,7 +78,8 @@ def test_num_samples_gives_that_many_samples(capsys, tiny_ckpt_dir):
     assert code == 0, err
     doc = json.loads(out)
     assert len(doc["samples"]) == 3
-    assert doc["samples"][0] == {"text": doc["text"], "tokens": doc["tokens"]}
+    assert doc["samples"][0] == {"text": doc["text"], "tokens": doc["tokens"],
+                                 "finish_reason": doc["finish_reason"]}
     assert doc["stats"]["new_tokens"] == sum(len(s["tokens"]) for s in doc["samples"])
     # Each row draws its own randomness: with a near-uniform untrained model over ~300 tokens,
     # identical rows would mean a shared key. (Deterministic under the seed, so never flaky.)
@@ -122,7 +123,7 @@ BAD_SETTINGS = {  # id: (arguments after `generate --prompt hi`, a fragment of t
     "ngram-tree": (["--method", "ngram", "--tree", "2"], "single continuation"),
     "siblings-without-tree": (["--siblings", "top"], "--siblings"),
     "tree-and-gamma": (["--method", "draft", "--tree", "2", "--gamma", "3"], "drop --gamma"),
-    "tree-with-show": (["--method", "draft", "--tree", "2", "--show"], "traces"),
+    "ar-tree": (["--method", "ar", "--tree", "2"], "drafting method"),
     "tree-not-numbers": (["--method", "draft", "--tree", "2,x"], "--tree"),
     "tree-too-big": (["--method", "draft", "--tree", "9,9,9"], "64 nodes"),
     "tree-too-deep-for-heads": (["--method", "mtp", "--tree", "1,1,1,1,1"], "at most 4 deep"),
