@@ -14,9 +14,11 @@
     status_bar.py    settings, play state and the "compiling…" spinner
     key_bar.py       every control in the footer, wrapping on narrow screens
     settings_screen.py  the edit dialog
+    help_screen.py   the `?` screen: symbols, numbers, and why the output is exact
+    race.py          `--race`: ar and a drafting method, each timed alone, on one clock
     draw.py          bars, numbers, token labels, marks
     cli.py           `nanospec demo` (registered via the nanospec.commands entry point)
-    demo.tcss        the layout
+    demo.tcss        the layout (race.tcss: race mode's)
 
 viz consumes events only; nanospec never imports viz.
 """

@@ -25,6 +25,7 @@ from nanospec.errors import UserError
 from nanospec.trace import summarize
 from viz.charts import ProbCharts
 from viz.draw import LEGEND
+from viz.help_screen import HelpScreen
 from viz.key_bar import KeyBar
 from viz.playhead import (Phase, Position, at_phase, back, chart, forward, next_round, prev_round,
                           reveal)
@@ -67,6 +68,7 @@ class DemoApp(App):
         Binding("g", "greedy", "greedy"),
         Binding("m", "method", "method"),
         Binding("w", "save", "save"),
+        Binding("question_mark", "help", "help", key_display="?"),
         Binding("q", "quit", "quit"),
     ]
 
@@ -77,7 +79,7 @@ class DemoApp(App):
 
     def __init__(self, recording: Recording | None = None, *, bundle=None,
                  settings: Settings | None = None, source: str = "live", autoplay: bool = True,
-                 start_round: int | None = None, save_dir: str | Path = "."):
+                 start_round: int | None = None, save_dir: str | Path = "traces"):
         """Replay a `recording`, or run live with `bundle` (the loaded models) and `settings`."""
         super().__init__()
         self.recording, self.settings = recording, settings
@@ -89,6 +91,8 @@ class DemoApp(App):
         self.ticks = 0
         self.next_at = 0.0  # when the playing animation takes its next step
         self.last_temperature = 1.0  # what the greedy toggle returns to
+        self.asked_gamma = settings.gamma if settings else 0  # γ before a method had to shrink it
+        self.toasts: dict[str, float] = {}  # message -> when it was last shown (no stacking)
 
     @property
     def live(self) -> bool:
@@ -119,7 +123,7 @@ class DemoApp(App):
             yield self.recorder
 
     def on_mount(self) -> None:
-        self.query_one("#text").border_title = f"text   {LEGEND}"
+        self._title_text()
         self.query_one("#stats").border_title = "statistics (committed rounds)"
         self.query_one("#timeline").border_title = "time per round"
         self.set_interval(TICK, self._tick)
@@ -130,8 +134,20 @@ class DemoApp(App):
             self.playing = self.autoplay and self.start_round is None
         self._redraw()
 
+    def on_resize(self) -> None:
+        self._title_text()
+
+    def _title_text(self) -> None:
+        """The legend in the text panel's title: in full, or its symbols where it would not fit."""
+        full = f"text   {LEGEND}"
+        short = f"text   {' '.join(part.split()[0] for part in LEGEND.split('  '))} · ? help"
+        self.query_one("#text").border_title = full if len(full) + 4 <= self.size.width else short
+
     def _frame(self):
-        return reveal(self.rounds[self.pos.round], self.pos.step(self.rounds)) if self.pos else None
+        if self.pos is None:
+            return None
+        method = self.recording.start["method"]
+        return reveal(self.rounds[self.pos.round], self.pos.step(self.rounds), method)
 
     def _redraw(self) -> None:
         """Hand every widget what it shows at the current position."""
@@ -151,6 +167,7 @@ class DemoApp(App):
         shown = rounds[:pos.round + 1] if pos else []
         timeline.times = tuple((r.draft_ms, r.verify_ms) for r in shown)
         timeline.current = pos.round if pos else 0
+        timeline.compile_ms = self.recording.compile_ms if self.recording else None
         self._draw_status(frame)
 
     def _where(self, frame, of: str = " of ") -> str:
@@ -239,9 +256,14 @@ class DemoApp(App):
         self._redraw()
         return True
 
+    def on_recorder_compiled(self, message: Recorder.Compiled) -> None:
+        if self.recorder.is_current(message):
+            self.recorder.compile_done()
+            self.recording.compile = message.event
+            self._redraw()
+
     def on_recorder_round_recorded(self, message: Recorder.RoundRecorded) -> None:
         if self.recorder.is_current(message):
-            self.recorder.round_arrived()
             self.recording.rounds.append(round_from_events(
                 [e for e in message.events if e.get("row", 0) == 0]))
             self._rounds_arrived()
@@ -259,14 +281,25 @@ class DemoApp(App):
 
     def _fail(self, error: str) -> None:
         self.error = error
-        self.notify(error, title="nanospec", severity="error")
+        self.say(error, severity="error")
         self._redraw()
+
+    def say(self, message: str, severity: str = "information") -> None:
+        """A toast, unless the same one is still on screen (a repeated key does not stack them)."""
+        now = time.monotonic()
+        if now - self.toasts.get(message, -1e9) < self.NOTIFICATION_TIMEOUT:
+            return
+        self.toasts[message] = now
+        self.notify(message, title="nanospec", severity=severity)
 
     # ---------------------------------------------------------------- key actions
 
     def check_action(self, action: str, parameters) -> bool | None:
-        if isinstance(self.screen, SettingsScreen):  # the dialog has the keys while it is open
-            return action == "quit" or None
+        """While a dialog is open it has the keys: the demo's own keys (but quit) are off, and
+        Textual's own actions (Tab and Shift+Tab move the focus) work as anywhere else."""
+        if isinstance(self.screen, (SettingsScreen, HelpScreen)):
+            ours = {b.action.split("(")[0] for b in self.BINDINGS}
+            return None if action in ours and action != "quit" else True
         return True
 
     def key_enabled(self, action: str) -> bool:
@@ -311,21 +344,32 @@ class DemoApp(App):
 
     def _live_only(self) -> bool:
         if not self.live:
-            self.notify("This is a replay: the trace fixes its settings. Run `nanospec demo` "
-                        "live to change them.", severity="warning")
+            self.say("This is a replay: the trace fixes its settings. Run `nanospec demo` "
+                     "live to change them.", severity="warning")
         return self.live
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
 
     def action_edit(self) -> None:
         if self._live_only():
             dialog = SettingsScreen(self.settings, self.recorder.methods, self.recorder.check)
-            self.push_screen(dialog, lambda s: s is not None and self.start_run(s))
+            self.push_screen(dialog, lambda s: s is not None and self._asked(s))
+
+    def _asked(self, settings: Settings) -> bool:
+        """A run with settings the viewer typed: its γ is the one to come back to."""
+        if self.start_run(settings):
+            self.asked_gamma = settings.gamma
+            return True
+        return False
 
     def _change(self, **fields) -> None:
         if self._live_only():
             self.start_run(replace(self.settings, **fields))
 
     def action_gamma(self, gamma: int) -> None:
-        self._change(gamma=gamma)
+        if self._live_only():
+            self._asked(replace(self.settings, gamma=gamma))
 
     def action_greedy(self) -> None:
         if self._live_only():
@@ -336,15 +380,15 @@ class DemoApp(App):
         if self._live_only():
             methods = self.recorder.methods
             if len(methods) == 1:
-                self.notify(f"{methods[0]!r} is the only drafting method so far.")
-            else:  # heads draft at most one token per head: γ shrinks to fit if it must
+                self.say(f"{methods[0]!r} is the only drafting method so far.")
+            else:  # heads draft at most one token per head: γ shrinks to fit, and grows back
                 method = methods[(methods.index(self.settings.method) + 1) % len(methods)]
-                self._change(method=method, gamma=self.recorder.fit_gamma(method, self.settings.gamma))
+                self._change(method=method, gamma=self.recorder.fit_gamma(method, self.asked_gamma))
 
     def action_save(self) -> None:
         if not self.done:
-            self.notify("The run is still recording; save it when it has finished.",
-                        severity="warning")
+            self.say("The run is still recording; save it when it has finished.",
+                     severity="warning")
             return
         path = save_recording(self.recording, self.save_dir)
-        self.notify(f"Saved the trace to {path} (replay it with nanospec demo --replay).")
+        self.say(f"Saved the trace to {path} (replay it with nanospec demo --replay {path}).")

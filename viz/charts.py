@@ -56,7 +56,7 @@ def shown_rows(law: tuple, rows: int, first, then=None) -> list:
 def law_rows(keep: list, scale: float, width: int, color: str, marked, chosen, chosen_symbol: str,
              label: str = "") -> Table:
     """One law's rows as bars; every law in the panel shares `scale` so bars compare across laws."""
-    tok_w, num_w = (12 if width >= 40 else 9), 6
+    tok_w, num_w = (12 if width >= 40 else 9 if width >= 30 else 7), 6
     bar_w = max(3, width - tok_w - num_w - len(label) - 6)
     table = Table.grid(padding=(0, 1, 0, 0))
     for w in (len(label), 1, tok_w, bar_w, num_w):

@@ -3,12 +3,15 @@ entry point, so nanospec itself never imports viz).
 
     nanospec demo [--prompt TEXT] [--method M] [--gamma K] [--temperature T] [--top-k K]
                   [--top-p P] [--seed S] [--max-new-tokens N]          live, on the shipped models
+    nanospec demo --race [--method M] [...same settings...]            ar vs M, timed (race.py)
     nanospec demo --replay FILE.jsonl                                  a recorded trace, no model
     nanospec demo ... --screenshot FILE.svg [--round N]                one screen, no terminal
 
 Every mistake a person can fix (a missing or broken trace, a bad setting, no terminal) is one
-sentence and exit code 2, like the rest of nanospec. Importing this module stays cheap: JAX and
-Textual load only when the demo actually runs.
+sentence and exit code 2, like the rest of nanospec; whatever can be checked without the models
+(the method, the prompt, the numbers, the flags' combinations) is checked before loading them,
+which takes seconds. Importing this module stays cheap: JAX and Textual load only when the demo
+actually runs.
 """
 
 import asyncio
@@ -35,6 +38,8 @@ def register(subparsers) -> None:
     d.add_argument("--seed", type=int_in(0), default=None)
     d.add_argument("--max-new-tokens", dest="max_new", type=int_in(1, 4096), default=None,
                    help="tokens to generate (default 32)")
+    d.add_argument("--race", action="store_true",
+                   help="race autoregressive decoding against --method, each timed alone")
     d.add_argument("--replay", default=None, metavar="FILE.jsonl",
                    help="play a recorded trace (nanospec generate --trace) without any model")
     d.add_argument("--screenshot", default=None, metavar="FILE.svg",
@@ -44,33 +49,88 @@ def register(subparsers) -> None:
     d.set_defaults(func=run_demo)
 
 
+def check_args(args) -> None:
+    """Everything that can be refused without the models, so a mistake costs no loading time."""
+    if args.race and args.replay:
+        raise UserError("--race times two live runs on the models, so it cannot replay a trace; "
+                        "drop --race or --replay.")
+    if args.race and args.round is not None:
+        raise UserError("--round opens one run at a round; --race shows two runs whole, "
+                        "so drop --round.")
+    if args.replay:
+        given = [LIVE_FLAGS[name] for name in LIVE_FLAGS if getattr(args, name) is not None]
+        if given:
+            raise UserError(f"--replay plays a recorded trace as it was, so {', '.join(given)} "
+                            f"cannot change it; drop {'them' if len(given) > 1 else 'it'} "
+                            f"or run live.")
+        return
+    live_settings(args)
+
+
+def live_settings(args):
+    """The live run's Settings from the flags given, checked as far as possible without models."""
+    from nanospec.decode import METHODS
+    from viz.settings import Settings
+
+    settings = Settings(**{name: getattr(args, name) for name in LIVE_FLAGS
+                           if getattr(args, name) is not None})
+    drafting = [m for m in METHODS if m != "ar"]
+    if settings.method == "ar":
+        raise UserError(f"--race always runs ar; give --method one of {', '.join(drafting)} "
+                        f"to race against it." if args.race else
+                        f"The demo watches drafting rounds and ar drafts nothing; give --method "
+                        f"one of {', '.join(drafting)} (--race races ar against it).")
+    if settings.method not in drafting:
+        raise UserError(f"Unknown method {settings.method!r}; choose one of "
+                        f"{', '.join(drafting)}.")
+    if not settings.prompt.strip():
+        raise UserError("The prompt is empty; give at least one token of text.")
+    settings.check()
+    return settings
+
+
 def build_app(args):
     """The DemoApp the arguments ask for; every problem found here is one UserError."""
     from viz.app import DemoApp
 
-    given = {name: getattr(args, name) for name in LIVE_FLAGS if getattr(args, name) is not None}
     interactive = args.screenshot is None
     if args.replay:
-        if given:
-            flags = ", ".join(LIVE_FLAGS[n] for n in given)
-            raise UserError(f"--replay plays a recorded trace as it was, so {flags} cannot change "
-                            f"it; drop {'them' if len(given) > 1 else 'it'} or run live.")
         from viz.rounds import load_recording
         recording = load_recording(args.replay)
         return DemoApp(recording, source=f"replay {Path(args.replay).name}",
                        start_round=args.round if interactive else None, autoplay=interactive)
     from nanospec.decode import EVERYTHING, Bundle
     from viz.live import LiveRun
-    from viz.settings import Settings
 
-    settings = Settings(**given)
-    settings.check()
-    if interactive:  # a second or two of silence otherwise, before the screen appears
-        print(f"nanospec: loading the models from {args.checkpoints}…", file=sys.stderr)
+    settings = live_settings(args)
+    say_loading(args)
     bundle = Bundle.load(args.checkpoints, EVERYTHING)  # the method switch can pick any
     LiveRun(bundle, settings)  # the prompt must fit the model with this γ
     return DemoApp(bundle=bundle, settings=settings, start_round=args.round if interactive else None,
                    autoplay=interactive)
+
+
+def build_race(args):
+    """The RaceApp: ar against --method, loading only the models those two need."""
+    from dataclasses import replace
+
+    from nanospec.decode import Bundle, check_gamma, needs
+    from viz.race import RaceApp
+
+    settings = live_settings(args)
+    say_loading(args)
+    bundle = Bundle.load(args.checkpoints, needs(settings.method))
+    drafter, _ = bundle.drafter(settings.method)
+    if args.gamma is None:  # the default γ shrinks to what heads can draft; a given one is checked
+        most = getattr(drafter, "max_gamma", settings.gamma)
+        settings = replace(settings, gamma=min(settings.gamma, most))
+    check_gamma(drafter, settings.gamma)
+    return RaceApp(bundle, settings, autoplay=args.screenshot is None)
+
+
+def say_loading(args) -> None:
+    if args.screenshot is None:  # a second or two of silence otherwise, before the screen appears
+        print(f"nanospec: loading the models from {args.checkpoints}…", file=sys.stderr)
 
 
 def check_screenshot_path(path: str | Path) -> Path:
@@ -85,32 +145,53 @@ def check_screenshot_path(path: str | Path) -> Path:
 
 def export_screenshot(app, path: str | Path, round_no: int | None,
                       size: tuple[int, int] = SCREENSHOT_SIZE) -> Path:
-    """Run `app` headless until its run is recorded, show round N judged, write the SVG."""
-    from nanospec.fileio import atomic_write
+    """Run the DemoApp `app` headless until its run is recorded, show round N judged, write
+    the SVG."""
     from viz.playhead import Phase, at_phase
+
+    def pose(app) -> str:
+        n = round_no or len(app.rounds)
+        if n > len(app.rounds):
+            raise UserError(f"--round {n}: this run has only {len(app.rounds)} rounds.")
+        app.playing = False
+        app.pos = at_phase(app.rounds, n - 1, Phase.EXTRA)
+        return f"nanospec demo · round {n}"
+
+    return shoot(app, path, pose, size)
+
+
+def export_race_screenshot(app, path: str | Path, size: tuple[int, int] = SCREENSHOT_SIZE) -> Path:
+    """Run the RaceApp `app` headless until both runs are timed; write the finish as SVG."""
+    def pose(app) -> str:
+        app.show_end()
+        return "nanospec demo --race"
+
+    return shoot(app, path, pose, size)
+
+
+def shoot(app, path: str | Path, pose, size: tuple[int, int]) -> Path:
+    """Run `app` headless until `app.done or app.error`, let `pose(app)` set the screen up (and
+    return the title, or raise UserError), then write the SVG."""
+    from nanospec.fileio import atomic_write
 
     path = check_screenshot_path(path)
     result: dict = {}
 
-    async def shoot(pilot) -> None:
+    async def take(pilot) -> None:
         try:
             while not (app.done or app.error):
                 await pilot.pause(0.1)
             if app.error:
                 raise UserError(app.error)
-            n = round_no or len(app.rounds)
-            if n > len(app.rounds):
-                raise UserError(f"--round {n}: this run has only {len(app.rounds)} rounds.")
-            app.playing = False
-            app.pos = at_phase(app.rounds, n - 1, Phase.EXTRA)
+            title = pose(app)
             await pilot.pause()
-            result["svg"] = app.export_screenshot(title=f"nanospec demo · round {n}")
+            result["svg"] = app.export_screenshot(title=title)
         except UserError as e:
             result["error"] = e
         finally:
             app.exit()
 
-    app.run(headless=True, size=size, auto_pilot=shoot)
+    app.run(headless=True, size=size, auto_pilot=take)
     if "error" in result:
         raise result["error"]
     if "svg" not in result:
@@ -120,14 +201,17 @@ def export_screenshot(app, path: str | Path, round_no: int | None,
 
 
 def run_demo(args) -> None:
+    check_args(args)  # all of these before loading any model
     if args.screenshot is not None:
-        check_screenshot_path(args.screenshot)  # before loading any model
+        check_screenshot_path(args.screenshot)
     elif not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise UserError("nanospec demo needs an interactive terminal; to export a screen "
                         "instead, add --screenshot FILE.svg.")
-    app = build_app(args)
+    app = build_race(args) if args.race else build_app(args)
     if args.screenshot is not None:
-        print(f"wrote {export_screenshot(app, args.screenshot, args.round)}")
+        written = (export_race_screenshot(app, args.screenshot) if args.race
+                   else export_screenshot(app, args.screenshot, args.round))
+        print(f"wrote {written}")
         return
     # Our own loop, so that quitting mid-compile returns the terminal at once and says why the
     # process lingers (a compile cannot be interrupted; its thread finishes, then we exit).

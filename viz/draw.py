@@ -1,8 +1,9 @@
 """Small text-drawing helpers shared by the widgets: bars, numbers, tokens, marks.
 
 Every mark is a symbol first and a colour second, so the screen reads in a monochrome terminal
-(NO_COLOR=1) and to colour-blind viewers: ✓ accepted, ✗ rejected (struck through), · discarded
-(greyed), ↻ resampled from the residual, ★ bonus. The symbols are nanospec's own (`nanospec
+(NO_COLOR=1) and to colour-blind viewers: ? pending (drafted, not yet judged: bold and in the
+draft's colour, so it never reads as punctuation), ✓ accepted, ✗ rejected (struck through),
+· discarded (greyed), ↻ resampled from the residual, ★ bonus. The symbols are nanospec's own (`nanospec
 generate --show`); the colours are picked so that Textual's NO_COLOR greyscale keeps each one
 light enough to read on a dark background (its ANSI red and magenta turn almost black there).
 
@@ -17,10 +18,10 @@ light enough to read on a dark background (its ANSI red and magenta turn almost 
 from nanospec.show import MARKS
 
 EIGHTHS = "▏▎▍▌▋▊▉"
-LEGEND = "✓ accepted  ✗ rejected  · discarded  ↻ resampled  ★ bonus"
-PENDING = ("?", "italic")  # drafted, not judged yet
+LEGEND = "? pending  ✓ accepted  ✗ rejected  · discarded  ↻ resampled  ★ bonus"
 # Colours (each stays light in greyscale): the draft, the target, a rejection, an error.
 DRAFT, TARGET, REJECT = "orchid", "cornflower_blue", "indian_red1"
+PENDING = ("?", f"bold {DRAFT}")  # drafted, not judged yet: the draft's colour, not the text's
 STYLES = {"accept": "bold green", "reject": f"bold {REJECT} strike", "discard": "dim strike",
           "resample": "bold yellow", "bonus": "bold cyan"}
 

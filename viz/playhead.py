@@ -103,6 +103,7 @@ class Slot:
     p: float | None = None
     u: float | None = None
     ratio: float | None = None
+    residual: float | None = None  # the extra token's probability under the residual (↻ only)
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,8 @@ class Frame:
         return 1 if s.phase == Phase.VERIFY else len(self.slots)
 
 
-def reveal(rnd: Round, step: Step) -> Frame:
-    """What the screen shows of `rnd` at `step`."""
+def reveal(rnd: Round, step: Step, method: str = "draft") -> Frame:
+    """What the screen shows of `rnd` at `step` (`method`: the drafter, for the captions)."""
     ph, k, g = step.phase, step.k, rnd.gamma
     shown = k if ph == Phase.DRAFT else g  # drafts visible
     judged = k if ph == Phase.JUDGE else (rnd.judged if ph > Phase.JUDGE else 0)
@@ -139,19 +140,38 @@ def reveal(rnd: Round, step: Step) -> Frame:
         else:
             slots.append(Slot(i, d.text, "drafted", d.q, p))
     e = rnd.extra
-    extra = Slot(g + 1, e.text, e.kind, p=e.p) if ph >= Phase.EXTRA else Slot(g + 1, None, "hidden")
-    return Frame(step, rnd, tuple(slots) + (extra,), caption(rnd, step),
+    extra = (Slot(g + 1, e.text, e.kind, q=e.q, p=e.p, residual=e.residual)
+             if ph >= Phase.EXTRA else Slot(g + 1, None, "hidden"))
+    return Frame(step, rnd, tuple(slots) + (extra,), caption(rnd, step, method),
                  rnd.index + (ph == Phase.COMMIT))
 
 
-def caption(rnd: Round, step: Step) -> str:
+# What each drafter does to propose draft k (nanospec/drafters.py, feature_drafters.py, heads.py).
+PROPOSES = {
+    "draft": "the draft model reads the text and samples {x} from its own law, q(x) = {q}",
+    "ngram": ("prompt lookup copies {x} from where the last tokens occurred earlier; a copy is"
+              " certain, so q(x) = {q} (a point mass)"),
+    "medusa": ("Medusa head {k}, a small block on a feature the target already computed, guesses"
+               " {x} {k} token{s} past the text, blind to the drafts before it; q(x) = {q}"),
+    "eagle": ("the EAGLE head predicts the target's next feature and reads {x} from it through"
+              " the target's output layer, with q(x) = {q}"),
+    "mtp": ("multi-token prediction module {k}, trained with the target, predicts {x} from the"
+            " target's features and the tokens before it, with q(x) = {q}"),
+}
+
+
+def caption(rnd: Round, step: Step, method: str = "draft") -> str:
     ph, k, g = step.phase, step.k, rnd.gamma
     if ph == Phase.DRAFT:
         d = rnd.drafts[k - 1]
-        return f"Draft {k}/{g}: the draft model proposes {d.text!r}, sampled with q(x) = {_fmt(d.q)}."
+        what = PROPOSES.get(method, PROPOSES["draft"])
+        return (f"Draft {k}/{g}: "
+                + what.format(x=repr(d.text), q=_fmt(d.q), k=k, s="" if k == 1 else "s") + ".")
     if ph == Phase.VERIFY and g == 0:
-        return ("Nothing to verify: the drafter proposed no tokens (no earlier match to copy),"
-                " so the target takes one ordinary decode step.")
+        why = ("autoregressive decoding drafts nothing" if method == "ar" else
+               "prompt lookup found no earlier match to copy" if method == "ngram" else
+               "no room is left for drafts before the context's end")
+        return f"No drafts: {why}, so the target takes one ordinary decode step."
     if ph == Phase.VERIFY:
         return (f"Verify: ONE target pass scores all {g} drafts at once (and the position after"
                 f" them), giving p(x) for each.")
@@ -169,8 +189,9 @@ def caption(rnd: Round, step: Step) -> str:
         return f"★ The target draws {e.text!r} from its own p, as plain decoding would."
     if ph == Phase.EXTRA:
         if e.kind == "resample":
+            known = f" (p {_fmt(e.p)}, q {_fmt(e.q)})" if e.p is not None else ""
             return (f"↻ The target replaces it with {e.text!r}, drawn from the residual"
-                    f" max(0, p − q), renormalised.")
+                    f" norm(max(0, p − q)): residual {_fmt(e.prob)}{known}.")
         return (f"★ All {g} drafts accepted: the same target pass gave p at the next position,"
                 f" so the bonus token {e.text!r} comes free.")
     made = f"{rnd.accepted} accepted + 1 {'resampled' if e.kind == 'resample' else 'bonus'}"
@@ -211,7 +232,7 @@ def chart(frame: Frame, slot: int) -> Chart:
                          "After judging, the target adds one token of its own.")
         if s.mark == "bonus":
             return Chart(f"★ bonus x{str(slot).translate(SUB)} = {e.text!r}", None,
-                         _with(rnd.p_top[g], e.token, e.text, e.p),
+                         _with(rnd.p_top[g], e.token, e.text, e.prob),
                          None, None, e.token,
                          ("Every draft was accepted, so the bonus token is " if g else
                           "No drafts this round: the token is ") +
@@ -238,5 +259,5 @@ def chart(frame: Frame, slot: int) -> Chart:
     note = (f"Rejected ✗: u = {_fmt(s.u)} ≥ p/q = {_fmt(s.ratio)}. "
             + (f"↻ {e.text!r} was drawn from the residual." if drawn
                else "The correction is drawn from the residual next."))
-    residual = _with(e.top, e.token, e.text, e.p) if drawn else e.top
+    residual = _with(e.top, e.token, e.text, e.prob) if drawn else e.top
     return Chart(title, q, p, residual, d.token, e.token if drawn else None, note)

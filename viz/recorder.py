@@ -1,8 +1,10 @@
 """The recorder: runs the speculative loop for the app in a thread worker, one run at a time.
 
 A non-visual widget, so that it can own a Textual worker: `start(settings)` checks the settings,
-starts a thread that runs `LiveRun.rounds()` (live.py) and posts one `RoundRecorded` message per
-round, then `Finished` (or `Failed` with one sentence). Messages flow up to the app; the app
+starts a thread that compiles (`LiveRun.compile()`, live.py) and posts `Compiled` with the
+compile event, then runs `LiveRun.rounds()` and posts one `RoundRecorded` message per round,
+then `Finished` (or `Failed` with one sentence). Compiling apart from the rounds is what lets
+the app say "compiling…" exactly while XLA works, and keeps it out of round 1's times. Messages flow up to the app; the app
 never waits on the thread, so the screen keeps moving while JAX compiles. Starting a new run
 cancels the old one (an exclusive worker group); its late messages carry an old `run_id` and
 the app drops them.
@@ -30,6 +32,11 @@ class Recorder(Widget):
         def __init__(self, run_id: int, events: list[dict]):
             super().__init__()
             self.run_id, self.events = run_id, events
+
+    class Compiled(Message):
+        def __init__(self, run_id: int, event: dict):
+            super().__init__()
+            self.run_id, self.event = run_id, event
 
     class Finished(Message):
         def __init__(self, run_id: int):
@@ -81,8 +88,8 @@ class Recorder(Widget):
     def is_current(self, message) -> bool:
         return message.run_id == self.run_id
 
-    def round_arrived(self) -> None:
-        """The current run's first round is out, so its programs are compiled."""
+    def compile_done(self) -> None:
+        """The current run's programs are compiled (or were found compiled)."""
         self.compiling = False
         self.compiled.add(self.compile_key)
 
@@ -93,6 +100,10 @@ class Recorder(Widget):
         with self._lock:
             self.in_flight += 1
         try:
+            event = run.compile()
+            if worker.is_cancelled:
+                return
+            self.post_message(self.Compiled(run_id, event))
             for events in run.rounds():
                 if worker.is_cancelled:
                     return

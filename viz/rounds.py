@@ -1,7 +1,7 @@
 """Trace events -> `Round`s: one speculative round as plain Python values the UI can show.
 Also reading a trace file for replay, and saving one.
 
-The speculative loop's events (nanospec/trace.py, schema 1) are flat: draft, draft, ..., verify,
+The speculative loop's events (nanospec/trace.py, schema 2) are flat: draft, draft, ..., verify,
 accept, reject, discard, ..., resample-or-bonus, round_end. This file groups one round's events
 into a `Round` and checks that a recorded trace makes sense, so a bad file is one clear
 `UserError` before the UI opens, never a traceback in the middle of an animation.
@@ -12,7 +12,9 @@ Worked example (γ = 3, the draft proposed ' Paris', ' and', ' the'):
     Round(accepted=1, judged=2, extra=Extra("resample", ' is', ...), emitted_text=" Paris is")
 
 What this file deliberately leaves out: rows other than row 0 (the visualiser follows one
-sequence; `nanospec generate --num-samples` traces still replay, showing their first row).
+sequence; `nanospec generate --num-samples` traces still replay, showing their first row), and
+token trees: a tree trace is refused with a pointer to `nanospec generate --tree ... --show`,
+which prints each tree and its verdicts.
 """
 
 import time
@@ -47,8 +49,15 @@ class Extra:
     kind: str  # "resample" (drawn from the residual) | "bonus" (drawn from p_{γ+1})
     token: int
     text: str
-    p: float  # its probability under the law it was drawn from
-    top: tuple  # that law's most likely tokens
+    prob: float  # its probability under the law it was drawn from: the residual, or p for a bonus
+    p: float | None  # p(y): the target's probability of it here (None in a schema 1 trace)
+    q: float | None  # q(y): the draft's (a resample only; None for a bonus or in schema 1)
+    top: tuple  # the most likely tokens of the law it was drawn from
+
+    @property
+    def residual(self) -> float | None:
+        """Its probability under the residual norm(max(0, p − q)) (a resample only)."""
+        return self.prob if self.kind == "resample" else None
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,14 @@ def _one(by_type: dict, *kinds: str) -> dict:
     return found[0]
 
 
+def extra_from_event(e: dict) -> Extra:
+    """A resample or bonus event -> an Extra (a resample's own probability is the residual's)."""
+    resample = e["type"] == "resample"
+    prob = float(e["residual"] if resample else e["p"])
+    return Extra(e["type"], int(e["token"]), str(e["text"]), prob,
+                 _maybe(e.get("p")), _maybe(e.get("q")) if resample else None, _top(e["top"]))
+
+
 def round_from_events(events: list[dict]) -> Round:
     """One round's events (one row, in the order events_from_step writes them) -> a Round."""
     by_type: dict[str, list[dict]] = {}
@@ -129,8 +146,7 @@ def round_from_events(events: list[dict]) -> Round:
         p_top=tuple(_top(lst) for lst in verify["p_top"]),
         judgements=tuple(Judgement(e["type"], _maybe(e.get("p")), _maybe(e.get("u")),
                                    _maybe(e.get("ratio"))) for e in judged),
-        extra=Extra(extra["type"], int(extra["token"]), str(extra["text"]), float(extra["p"]),
-                    _top(extra["top"])),
+        extra=extra_from_event(extra),
         accepted=int(end["accepted"]),
         emitted=tuple(int(t) for t in end["emitted"]),
         emitted_text=str(end["emitted_text"]),
@@ -141,14 +157,21 @@ def round_from_events(events: list[dict]) -> Round:
 
 @dataclass
 class Recording:
-    """A whole run: its run_start event and the rounds recorded so far (they grow when live)."""
+    """A whole run: its run_start event, its compile event (once known; None in traces that
+    predate it) and the rounds recorded so far (they grow when live)."""
 
     start: dict
     rounds: list[Round]
+    compile: dict | None = None
+
+    @property
+    def compile_ms(self) -> float | None:
+        return float(self.compile["ms"]) if self.compile else None
 
     def events(self) -> list[dict]:
         """Every event, in the order a trace file stores them (run_end is added on save)."""
-        return [self.start] + [e for r in self.rounds for e in r.events]
+        head = [self.start] + ([self.compile] if self.compile else [])
+        return head + [e for r in self.rounds for e in r.events]
 
 
 def recording_from_events(events: list[dict], where: str = "the trace") -> Recording:
@@ -161,6 +184,9 @@ def recording_from_events(events: list[dict], where: str = "the trace") -> Recor
             raise UserError(f"{where}: its run_start event lacks {field!r}; is it a nanospec trace?")
         if not _is(start[field], kind):
             raise UserError(f"{where}: its run_start event has {field} = {start[field]!r}.")
+    if "tree" in start:
+        raise UserError(f"{where} traces a token tree; the visualiser animates chains of drafts, "
+                        f"so print this run with `nanospec generate --tree ... --show` instead.")
     if events[-1].get("type") != "run_end":
         raise UserError(f"{where} has no run_end event at its end: it looks truncated.")
     groups: dict[int, list[dict]] = {}
@@ -181,7 +207,10 @@ def recording_from_events(events: list[dict], where: str = "the trace") -> Recor
         raise UserError(f"{where} holds no rounds: nothing to replay.")
     if [r.index for r in rounds] != list(range(len(rounds))):
         raise UserError(f"{where}: its rounds are not numbered 1..{len(rounds)}; rounds are missing.")
-    return Recording(start, rounds)
+    compiles = [e for e in events if e.get("type") == "compile"]
+    if compiles and not _is(compiles[0].get("ms"), float):
+        raise UserError(f"{where}: its compile event has ms = {compiles[0].get('ms')!r}.")
+    return Recording(start, rounds, compiles[0] if compiles else None)
 
 
 def load_recording(path) -> Recording:
@@ -190,8 +219,10 @@ def load_recording(path) -> Recording:
 
 
 def save_recording(recording: Recording, folder: Path) -> Path:
-    """Write the recording as a trace (run_end added) to a new time-stamped file in `folder`."""
+    """Write the recording as a trace (run_end added) to a new time-stamped file in `folder`
+    (made if missing)."""
     events = recording.events()
+    Path(folder).mkdir(parents=True, exist_ok=True)
     events.append(run_end(events))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path, n = Path(folder) / f"nanospec-trace-{stamp}.jsonl", 1

@@ -48,8 +48,8 @@ def _rollback_off_by_one(new_length):
     return new_length  # keeps one slot too many: a rejected draft stays visible in the cache
 
 
-def _drop_bonus(n_accepted, emitted, n_new, max_new, eos_id):
-    n, hit_eos = REAL_EMIT_COUNT(n_accepted, emitted, n_new, max_new, eos_id)
+def _drop_bonus(n_accepted, emitted, limit, eos_id):
+    n, hit_eos = REAL_EMIT_COUNT(n_accepted, emitted, limit, eos_id)
     gamma = emitted.shape[1] - 1
     return jnp.where(n_accepted == gamma, jnp.minimum(n, gamma), n), hit_eos
 

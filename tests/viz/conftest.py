@@ -1,9 +1,13 @@
 """Fixtures for the visualiser's tests: a recorded trace (helpers for pilots are in pilot.py).
 
-`data/capital.jsonl` is a real trace (`nanospec generate --method draft --trace`, T = 1, γ = 4,
-seed 1) from two small trained models, kept in the repo so replay tests and snapshots need no
-JAX and never change with numerics: round 1 rejects at x₂ (↻), round 2 at x₁, round 3 accepts
-all four (★), round 4 rejects x₄, round 5 accepts all four but is cut short by <|endoftext|>.
+`data/capital.jsonl` is a real trace (`nanospec generate --method draft --prompt "The capital of
+France is" --gamma 4 --temperature 1 --seed 29 --max-new-tokens 24 --trace ...`, schema 2) from
+the shipped models, kept in the repo so replay tests and snapshots need no JAX and never change
+with numerics: round 1 accepts ' Par', 'is', '.' and rejects x₄ (<|endoftext|>, q 0.007), then
+↻ ' France' (residual 0.69, p 0.35, q 0.13); round 2 rejects x₁ ' borders' (three discarded ·)
+and ↻ ' uses'; round 3 accepts all four (★ ' currency'); round 4 accepts all four but is cut
+short by <|endoftext|> after x₂. `data/capital-schema1.jsonl` is an older schema 1 trace (its
+resample events carry only the residual's probability, named p), kept to test the upgrade.
 """
 
 from pathlib import Path
@@ -12,6 +16,7 @@ import pytest
 
 DATA = Path(__file__).parent / "data"
 TRACE = DATA / "capital.jsonl"
+SCHEMA1 = DATA / "capital-schema1.jsonl"
 
 
 @pytest.fixture

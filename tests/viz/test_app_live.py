@@ -11,6 +11,7 @@ reports bad values in place; a saved live trace replays to the same rounds.
 import pytest
 
 from nanospec.decode import Bundle, decode
+from nanospec.aot import programs_compiled
 from nanospec.speculative import _draft_jit, _prefill_jit, _verify_jit
 from tests.viz.pilot import run, screen_text, wait_until, widget_text
 from viz.app import DemoApp
@@ -26,7 +27,7 @@ def bundle(tiny_ckpt_dir):
 
 
 def compiled_programs() -> tuple[int, int, int]:
-    return _prefill_jit._cache_size(), _draft_jit._cache_size(), _verify_jit._cache_size()
+    return tuple(programs_compiled(f) for f in (_prefill_jit, _draft_jit, _verify_jit))
 
 
 def live(bundle, **settings):
@@ -46,6 +47,8 @@ def test_live_run_compiles_visibly_then_shows_what_decode_generates(bundle):
             assert app.recorder.compiling and "compiling" in screen_text(app)  # not a frozen screen
             await finished(pilot, app)
             assert "compiling" not in screen_text(app)
+            # compiling was timed on its own, before round 1: the recording keeps it apart
+            assert app.recording.compile_ms > 100 and app.recording.events()[1]["type"] == "compile"
             await pilot.press("right_square_bracket")
             marks = widget_text(app.query_one(RoundTable))
             assert "✓" in marks and "★" in marks and "✗" not in marks
@@ -64,19 +67,21 @@ def test_changing_temperature_reruns_without_recompiling_but_gamma_recompiles(bu
             await pilot.press("g")  # greedy: temperature 1.0 -> 0
             assert app.settings.temperature == 0.0 and not app.recorder.compiling
             await finished(pilot, app)
-            assert compiled_programs() == before
+            assert compiled_programs() == before and app.recording.compile_ms == 0
             await pilot.press("g")  # and back to 1.0
             await finished(pilot, app)
             assert app.settings.temperature == 1.0 and compiled_programs() == before
             await pilot.press("2")  # γ is static: a new γ compiles new programs
             assert app.settings.gamma == 2 and app.recorder.compiling
             await finished(pilot, app)
-            assert compiled_programs()[2] == before[2] + 1
+            assert compiled_programs()[1:] == (before[1] + 1, before[2] + 1)
             assert all(r.gamma == 2 for r in app.rounds)
     run(go())
 
 
 def test_the_edit_dialog_runs_new_settings_and_reports_bad_ones_in_place(bundle, tmp_path):
+    """Driven by the keys a person presses: Tab and Shift+Tab move between the fields (focusing
+    a field selects its text, so typing replaces it), Enter runs, Escape cancels."""
     async def go():
         app = live(bundle, gamma=4)
         app.save_dir = tmp_path
@@ -85,18 +90,22 @@ def test_the_edit_dialog_runs_new_settings_and_reports_bad_ones_in_place(bundle,
             before = compiled_programs()
             await pilot.press("e")
             dialog = app.screen
-            assert isinstance(dialog, SettingsScreen)
-            dialog.query_one("#temperature").value = "hot"
-            await pilot.press("enter")
-            assert app.screen is dialog
+            assert isinstance(dialog, SettingsScreen) and app.focused.id == "prompt"
+            await pilot.press("tab", "tab", "tab")  # prompt -> method -> γ -> temperature
+            assert app.focused.id == "temperature"
+            await pilot.press(*"hot", "enter")
+            assert app.screen is dialog and app.settings.temperature == 1.0
             assert "temperature must be a number" in str(dialog.query_one("#problem").render())
-            dialog.query_one("#temperature").value = "0.5"
-            dialog.query_one("#prompt").value = "x " * 80  # far longer than the tiny context
-            await pilot.press("enter")
+            await pilot.press("shift+tab", "tab")  # back to γ, forward to temperature again
+            assert app.focused.id == "temperature"
+            await pilot.press("0", ".", "5")
+            await pilot.press("shift+tab", "shift+tab", "shift+tab")
+            assert app.focused.id == "prompt"
+            await pilot.press(*"x " * 80, "enter")  # far longer than the tiny context
             problem = str(dialog.query_one("#problem").render())
-            assert app.screen is dialog and "leaves no room" in problem
-            dialog.query_one("#prompt").value = "The capital of Spain is"
-            await pilot.press("enter")
+            assert app.screen is dialog and "leaving no room" in problem
+            await pilot.press("tab", "shift+tab")  # refocus: the prompt's text is selected
+            await pilot.press(*"The capital of Spain is", "enter")
             assert app.screen is not dialog
             assert app.settings.temperature == 0.5 and app.settings.prompt.endswith("Spain is")
             await finished(pilot, app)
@@ -110,4 +119,21 @@ def test_the_edit_dialog_runs_new_settings_and_reports_bad_ones_in_place(bundle,
         again = load_recording(saved[0])
         assert again.start["temperature"] == 0.5
         assert [r.emitted for r in again.rounds] == [r.emitted for r in app.rounds]
+    run(go())
+
+
+def test_the_method_key_shrinks_gamma_for_heads_and_gives_it_back(tiny_ckpt_dir):
+    """Medusa drafts one token per head (4 here), so `m` lowers γ = 6 to 4 for it; the next
+    method gets the γ the viewer asked for again, not the one Medusa had to use."""
+    from nanospec.decode import EVERYTHING
+    bundle = Bundle.load(tiny_ckpt_dir, EVERYTHING)
+
+    async def go():
+        app = live(bundle, gamma=6, method="ngram")
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.press("m")
+            assert (app.settings.method, app.settings.gamma) == ("medusa", 4)
+            await pilot.press("m")
+            assert (app.settings.method, app.settings.gamma) == ("eagle", 6)
+            await finished(pilot, app)
     run(go())

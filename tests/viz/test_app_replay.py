@@ -1,7 +1,8 @@
 """The app in replay mode, driven by key presses; the tests read what the widgets show.
 
 Replay needs no model, so these run in about a second each. The trace's rounds are described in
-conftest.py: round 1 accepts x₁ and rejects x₂ ('Ch'), round 3 accepts everything (★).
+conftest.py: round 1 accepts x₁..x₃ and rejects x₄ (↻ ' France'), round 2 rejects x₁ and
+discards the rest, round 3 accepts everything (★).
 """
 
 import subprocess
@@ -22,23 +23,31 @@ def replay(recording, **kw):
     return DemoApp(recording, source="replay", autoplay=False, **kw)
 
 
+def caption(app) -> str:
+    return str(app.query_one("#caption").render())
+
+
 def test_stepping_reveals_the_round_draft_by_draft_then_judges_it(recording):
     async def go():
         app = replay(recording)
         async with app.run_test(size=(120, 36)) as pilot:
             table = app.query_one(RoundTable)
             assert app.pos.step(app.rounds).phase == Phase.DRAFT
-            assert "' about'" in widget_text(table) and "' Ch'" not in widget_text(table)
+            assert "' Par'" in widget_text(table) and "'is'" not in widget_text(table)
+            assert "the draft model reads the text and samples ' Par'" in caption(app)
             await pilot.press("right")
-            assert "'Ch'" in widget_text(table) and "?" in widget_text(table)
+            assert "'is'" in widget_text(table) and "? pending" in widget_text(table)
             await pilot.press("right", "right", "right")  # x₃, x₄, then the verify pass
             assert app.pos.step(app.rounds).phase == Phase.VERIFY
-            await pilot.press("right", "right")  # judge x₁ ✓, then x₂ ✗ (and the tail ·)
+            await pilot.press("right", "right", "right", "right")  # x₁..x₃ ✓, then x₄ ✗
             shown = widget_text(table)
-            assert "✓ accepted" in shown and "✗ rejected" in shown and shown.count("· discarded") == 2
-            assert "rejected ✗" in str(app.query_one("#caption").render())
-            await pilot.press("right")  # the correction from the residual
-            assert "↻ resampled" in widget_text(table) and "' 10'" in widget_text(table)
+            assert shown.count("✓ accepted") == 3 and "✗ rejected" in shown and "·" not in shown
+            assert "rejected ✗" in caption(app)
+            await pilot.press("right")  # the correction from the residual, labelled as such
+            last = widget_text(table).rstrip().splitlines()[-1]
+            assert "' France'" in last and "↻ residual 0.69" in last
+            assert "0.13" in last and "0.35" in last  # its q(x) and p(x) beside it
+            assert "residual 0.69 (p 0.35, q 0.13)" in caption(app)
             charts = app.query_one(ProbCharts)
             assert charts.chart.residual is not None and charts.chart.chosen is not None
             assert "residual" in widget_text(charts)
@@ -69,8 +78,8 @@ def test_the_cursor_picks_the_position_the_charts_explain(recording):
             await pilot.press("up", "up", "up", "up")  # from the ↻ row (5) up to x₁
             assert app.cursor == 1 and "▸" in widget_text(app.query_one(RoundTable)).splitlines()[1]
             assert charts.chart.residual is None and "Accepted ✓" in charts.chart.note
-            await pilot.press("down")
-            assert "Rejected ✗" in charts.chart.note
+            await pilot.press("down", "down", "down")
+            assert app.cursor == 4 and "Rejected ✗" in charts.chart.note
             await pilot.press("right_square_bracket")
             assert app.cursor is None  # a new round: the charts follow the play again
     run(go())
@@ -104,7 +113,8 @@ def test_play_advances_by_itself_and_stops_at_the_end(recording):
             assert app.pos.round == len(recording.rounds) - 1
             assert app.pos.step(app.rounds).phase == Phase.COMMIT
             text = widget_text(app.query_one(TextPanel).query_one("#text-body"))
-            assert text.startswith("The capital of France is about 100)Q: The capital of Spain is")
+            assert text.startswith("The capital of France is Paris. France uses the euro as its "
+                                   "currency.")
             await pilot.press("r")  # restart plays from the top
             assert app.playing and app.pos.round == 0
             await pilot.press("space", "minus")
@@ -114,14 +124,14 @@ def test_play_advances_by_itself_and_stops_at_the_end(recording):
 
 def test_settings_keys_in_a_replay_explain_instead_of_crashing(recording, tmp_path):
     async def go():
-        app = replay(recording, save_dir=tmp_path)
+        app = replay(recording, save_dir=tmp_path / "traces")
         async with app.run_test(size=(80, 24), notifications=True) as pilot:
             for key in ("e", "3", "g", "m"):
                 await pilot.press(key)
             assert app.recording is recording and not app.error
             assert any("replay" in n.message for n in app._notifications)
             await pilot.press("w")  # saving a replay writes a trace that replays the same
-            saved = list(tmp_path.glob("nanospec-trace-*.jsonl"))
+            saved = list((tmp_path / "traces").glob("nanospec-trace-*.jsonl"))
             assert len(saved) == 1
             again = load_recording(saved[0])
             assert [r.emitted for r in again.rounds] == [r.emitted for r in recording.rounds]
@@ -136,7 +146,7 @@ def test_an_80x24_terminal_still_shows_every_part_and_every_key(recording):
             screen = screen_text(app)
             lines = screen.splitlines()
             assert len(lines) == 24 and max(len(line) for line in lines) <= 80
-            for part in ("round 2 of 5", "✗", "·", "↻", "residual", "acceptance", "calls"):
+            for part in ("round 2 of 4", "✗", "·", "↻", "residual", "acceptance", "calls"):
                 assert part in screen, part
             for key in ("space", "→", "←", "[ ]", "↑↓", "+ -", "restart", "edit", "1-9",
                         "greedy", "method", "save", "quit"):
@@ -167,3 +177,49 @@ def test_replay_loads_no_jax():
             "assert 'textual' in sys.modules and 'jax' not in sys.modules, 'jax was imported'\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_help_screen_explains_every_symbol_and_why_the_output_is_exact(recording):
+    from viz.draw import LEGEND
+    from viz.help_screen import HelpScreen
+
+    async def go():
+        app = replay(recording, start_round=1)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            shown = screen_text(app)
+            for part in LEGEND.split("  "):  # "? pending", "✓ accepted", ...
+                symbol, word = part.split()
+                assert any(symbol in line and word in line for line in shown.splitlines()), part
+            for name in ("q(x)", "p(x)", "u ", "residual", "nanospec/verify.py"):
+                assert name in shown, name
+            where = app.pos
+            await pilot.press("right", "left_square_bracket")  # the demo's keys wait
+            assert app.pos == where and isinstance(app.screen, HelpScreen)
+            await pilot.press("question_mark")
+            assert not isinstance(app.screen, HelpScreen)
+    run(go())
+
+
+def test_a_repeated_live_only_key_in_a_replay_shows_one_toast_not_a_stack(recording):
+    async def go():
+        app = replay(recording)
+        async with app.run_test(size=(80, 24), notifications=True) as pilot:
+            await pilot.press("e", "e", "g", "3", "m")
+            assert len([n for n in app._notifications if "replay" in n.message]) == 1
+    run(go())
+
+
+def test_w_saves_under_traces_which_git_ignores(recording, tmp_path, monkeypatch):
+    from pathlib import Path
+    monkeypatch.chdir(tmp_path)
+
+    async def go():
+        app = replay(recording)  # the default folder
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("w")
+    run(go())
+    assert len(list((tmp_path / "traces").glob("nanospec-trace-*.jsonl"))) == 1
+    ignored = (Path(__file__).parents[2] / ".gitignore").read_text().split()
+    assert "traces/" in ignored

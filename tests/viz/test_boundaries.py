@@ -1,4 +1,4 @@
-"""The layering DESIGN.md fixes: nanospec never imports textual or viz; viz consumes events.
+"""The layering docs/design.md fixes: nanospec never imports textual or viz; viz consumes events.
 
 Checked in fresh interpreters, because within the test session other tests have long since
 imported everything.
@@ -42,8 +42,10 @@ def test_registering_the_demo_command_stays_cheap():
 
 
 def test_only_the_live_producer_touches_the_loop():
-    """viz reads events; the one file that imports the loop (or JAX) is live.py, the producer."""
+    """viz reads events; the files that import the loop (or JAX) are the producers: live.py,
+    and race.py, which also times the untraced loop end to end."""
     loop = re.compile(r"^\s*(from|import)\s+(jax|nanospec\.(speculative|drafters|verify|model|"
                       r"sampling|generate|decode))\b", re.MULTILINE)
     importers = sorted(p.name for p in VIZ.glob("*.py") if loop.search(p.read_text(encoding="utf-8")))
-    assert importers == ["cli.py", "live.py"]  # cli.py: Bundle.load, inside the live branch only
+    # cli.py: Bundle.load, inside the live branches only
+    assert importers == ["cli.py", "live.py", "race.py"]

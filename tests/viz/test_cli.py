@@ -24,7 +24,7 @@ def test_replay_screenshot_of_a_chosen_round(tmp_path, trace_path, capsys):
     assert capsys.readouterr().out.strip() == f"wrote {out}"
     svg = svg_text(out)
     assert svg.startswith("<svg") and "nanospec demo · round 3" in svg
-    assert "round 3 of 5" in svg and "★ bonus" in svg
+    assert "round 3 of 4" in svg and "★ bonus" in svg
 
 
 def test_live_screenshot_on_the_tiny_models_defaults_to_the_last_round(tmp_path, tiny_ckpt_dir):
@@ -37,7 +37,7 @@ def test_live_screenshot_on_the_tiny_models_defaults_to_the_last_round(tmp_path,
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--round", "9"], "only 5 rounds"),
+    (["--round", "9"], "only 4 rounds"),
     (["--gamma", "3"], "--replay plays a recorded trace as it was, so --gamma cannot change it"),
     (["--screenshot-to-png"], "unrecognized arguments"),
 ])
@@ -58,7 +58,7 @@ def test_replay_mistakes_are_one_sentence(tmp_path, trace_path, capsys, argv, me
     (["--screenshot", "out.png"], "give a file name ending in .svg"),
     (["--temperature", "-1", "--screenshot", "s.svg"], "--temperature must be 0 (greedy)"),
     (["--method", "lookahead", "--screenshot", "s.svg"], "Unknown method 'lookahead'"),
-    (["--prompt", "word " * 400, "--screenshot", "s.svg"], "leaves no room to speculate"),
+    (["--prompt", "word " * 400, "--screenshot", "s.svg"], "leaving no room to generate"),
 ])
 def test_live_mistakes_are_one_sentence(tmp_path, tiny_ckpt_dir, capsys, monkeypatch, argv, message):
     work = tmp_path / "work"
@@ -81,3 +81,32 @@ def test_without_a_terminal_the_demo_says_how_to_export_instead(trace_path):
     assert result.returncode == 2
     assert result.stderr.strip() == ("nanospec: error: nanospec demo needs an interactive terminal; "
                                      "to export a screen instead, add --screenshot FILE.svg.")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--method", "foo"], "Unknown method 'foo'; choose one of draft, ngram, medusa, eagle, mtp."),
+    (["--method", "ar"], "The demo watches drafting rounds and ar drafts nothing"),
+    (["--race", "--method", "ar"], "--race always runs ar; give --method one of draft"),
+    (["--prompt", ""], "The prompt is empty; give at least one token of text."),
+    (["--race", "--prompt", "  \n "], "The prompt is empty; give at least one token of text."),
+    (["--temperature", "-1"], "--temperature must be 0 (greedy) or positive"),
+    (["--race", "--top-p", "1.5"], "--top-p must be in (0, 1]"),
+])
+def test_demo_settings_are_refused_before_loading_any_model(tmp_path, capsys, monkeypatch, argv,
+                                                            message):
+    def load(*args, **kwargs):
+        raise AssertionError("loaded models")
+    monkeypatch.setattr("nanospec.decode.Bundle.load", load)
+    monkeypatch.chdir(tmp_path)
+    code = main(["demo", *argv, "--screenshot", "s.svg"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1 and "loaded models" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_replaying_a_folder_asks_for_a_trace_file(tmp_path, capsys):
+    code = main(["demo", "--replay", str(tmp_path), "--screenshot", str(tmp_path / "s.svg")])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"nanospec: error: {tmp_path} is a folder; give a trace file (.jsonl) written by "
+        f"`nanospec generate --trace` or the demo's w key.")

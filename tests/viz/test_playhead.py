@@ -23,7 +23,7 @@ def top(*pairs):
 
 def make_round(r=0, accepted=1, bonus=False):
     """γ = 3 round events; `accepted` drafts pass, then a rejection (or, with bonus, none)."""
-    head = {"schema": 1, "round": r, "row": 0}
+    head = {"schema": 2, "round": r, "row": 0}
     drafts = [(11, " Paris", 0.6), (12, " and", 0.5), (13, " the", 0.3)]
     p = [0.9, 0.1, 0.2]
     ev = [{**head, "type": "draft", "index": i + 1, "position": 5 + i, "token": t, "text": x, "q": q,
@@ -44,7 +44,7 @@ def make_round(r=0, accepted=1, bonus=False):
         emitted, text = [11, 12, 13, 14], " Paris and the city"
     else:
         ev.append({**head, "type": "resample", "position": 5 + accepted, "token": 9, "text": " is",
-                   "p": 0.8, "top": top((9, " is", .8), (15, " was", .2))})
+                   "residual": 0.8, "p": 0.6, "q": 0.05, "top": top((9, " is", .8), (15, " was", .2))})
         emitted = [t for t, _, _ in drafts[:accepted]] + [9]
         text = "".join(x for _, x, _ in drafts[:accepted]) + " is"
     ev.append({**head, "type": "round_end", "accepted": 3 if bonus else accepted, "drafted": 3,

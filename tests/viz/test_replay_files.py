@@ -34,11 +34,16 @@ def test_the_example_trace_parses_into_its_rounds(recording, trace_path):
     events = [json.loads(line) for line in trace_path.read_text().splitlines()]
     assert recording.start["prompt"] == "The capital of France is"
     rounds = recording.rounds
-    assert [r.accepted for r in rounds] == [1, 0, 4, 3, 4]
-    assert [r.extra.kind for r in rounds] == ["resample", "resample", "bonus", "resample", "bonus"]
+    assert [r.accepted for r in rounds] == [3, 0, 4, 4]
+    assert [r.extra.kind for r in rounds] == ["resample", "resample", "bonus", "bonus"]
     assert all(r.gamma == 4 and len(r.judgements) == 4 for r in rounds)
-    assert [r.judged for r in rounds] == [2, 1, 4, 4, 4]
-    assert rounds[-1].cut_short and not any(r.cut_short for r in rounds[:-1])  # EOS in round 5
+    assert [r.judged for r in rounds] == [4, 1, 4, 4]
+    assert rounds[-1].cut_short and not any(r.cut_short for r in rounds[:-1])  # EOS in round 4
+    # a resampled token carries three numbers: the residual's (the law it was drawn from), p, q
+    e = rounds[0].extra
+    assert (e.text, round(e.residual, 2), round(e.p, 2), round(e.q, 2)) == (" France", .69, .35, .13)
+    assert rounds[2].extra.residual is None and rounds[2].extra.prob == rounds[2].extra.p
+    assert recording.compile_ms > 0  # compiling is its own event, never inside round 1's times
     # the rounds carry every event, so statistics from them equal the trace's own summary
     assert summarize(recording.events()) == events[-1]["summary"]
 
@@ -59,7 +64,7 @@ def broken(tmp_path, trace_path, kind):
     elif kind == "cut_at_line":
         out.write_text("".join(lines[: len(lines) // 2]))
     elif kind == "schema":
-        out.write_text("".join(line.replace('"schema": 1', '"schema": 2') for line in lines))
+        out.write_text("".join(line.replace('"schema": 2', '"schema": 3') for line in lines))
     elif kind == "round_missing_event":
         out.write_text("".join(line for line in lines if '"type": "verify"' not in line))
     elif kind == "bad_round_end":
@@ -72,7 +77,7 @@ def broken(tmp_path, trace_path, kind):
 
 
 CASES = {"missing": "not found", "cut_mid_line": "not valid JSON", "cut_at_line": "truncated",
-         "schema": "schema 2", "round_missing_event": "round 1 is incomplete",
+         "schema": "schema 3", "round_missing_event": "round 1 is incomplete",
          "bad_round_end": "disagree about γ",
          "empty": "does not start with a run_start", "not_a_trace": "does not start with a run_start"}
 
@@ -150,3 +155,27 @@ def test_a_corrupted_trace_is_refused_or_drawn_but_never_crashes(tmp_path, trace
             continue
         render_every_phase(recording)
     assert 30 < refused < 140  # both kinds of outcome were exercised
+
+
+def test_a_schema_1_trace_replays_with_its_resample_labelled_as_the_residual():
+    """Schema 1 called the resampled token's residual probability `p`; read now, that number is
+    the residual's, and p and q (never recorded) show as — rather than as a wrong p."""
+    from tests.viz.conftest import SCHEMA1
+    rnd = load_recording(SCHEMA1).rounds[0]
+    assert rnd.extra.kind == "resample" and rnd.extra.p is None and rnd.extra.q is None
+    frame = reveal(rnd, at_phase([rnd], 0, Phase.EXTRA).step([rnd]))
+    console = Console(file=io.StringIO(), width=80, record=True, color_system=None)
+    console.print(round_table(frame, frame.focus, 70))
+    last = console.export_text().splitlines()[-1]
+    assert f"↻ residual {rnd.extra.prob:.2f}" in last and "—" in last
+
+
+def test_a_tree_trace_or_a_folder_is_one_clear_sentence(tmp_path, trace_path):
+    events = [json.loads(line) for line in lines_of(trace_path)]
+    events[0]["tree"] = [-1, 0]
+    path = tmp_path / "tree.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    with pytest.raises(UserError, match="traces a token tree.*--show"):
+        load_recording(path)
+    with pytest.raises(UserError, match="is a folder; give a trace file"):
+        load_recording(tmp_path)

@@ -32,7 +32,9 @@ CASES = {
     "bonus_round_wide_160x44": ((160, 44), 3, ()),
     "drafting_in_progress_100x30": ((100, 30), 4, ("right_square_bracket", "left", "left", "left",
                                                    "left", "left", "left", "left")),
-    "small_terminal_80x24": ((80, 24), 4, ()),
+    "small_terminal_80x24": ((80, 24), 2, ()),
+    "tiny_terminal_60x18": ((60, 18), 1, ()),
+    "help_screen_80x24": ((80, 24), 1, ("question_mark",)),
 }
 
 
