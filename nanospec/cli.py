@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from nanospec import compile_cache
 from nanospec.errors import UserError
 
 DEFAULT_CKPT = Path(__file__).resolve().parent.parent / "checkpoints"
@@ -335,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    compile_cache.enable()  # before anything compiles: a repeated command loads, not compiles
     try:
         args.func(args)
     except UserError as e:

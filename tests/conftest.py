@@ -1,6 +1,7 @@
 """Shared fixtures: tiny models built in seconds, so only shipped-checkpoint tests load weights."""
 
 import gc
+import os
 from pathlib import Path
 
 import jax
@@ -11,6 +12,10 @@ from nanospec.checkpoint import record_file, save_model
 from nanospec.heads import KINDS, HeadConfig, build, save_head
 from nanospec.model import GPT, ModelConfig
 from nanospec.tokenizer import Tokenizer
+
+# The suite compiles afresh and never writes the user's compilation cache (compile_cache.py);
+# tests/test_compile_cache.py gives its own commands a cache of their own.
+os.environ["NANOSPEC_COMPILE_CACHE"] = "off"
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "checkpoints"

@@ -335,6 +335,10 @@ class RaceApp(App):
         self._redraw()
 
     def _redraw(self) -> None:
+        # subtle: a tick or a worker's message can still arrive while the app shuts down, after
+        # its widgets are gone; there is nothing left to draw then.
+        if not self.query("#race-result") or len(self.query(RacePane)) < len(self.lanes):
+            return
         prompt = self.settings.prompt
         for i, lane in enumerate(self.lanes):
             pane = self.query_one(f"#lane-{lane.method}", RacePane)
