@@ -124,7 +124,7 @@ def _stopped_at_context(reasons: list[str], max_new: int, n_ctx: int) -> str:
 
 
 class _progress:
-    """A progress bar on stderr while many samples are drawn in chunks (samples.py); nothing
+    """A progress bar on stderr while many samples are drawn in chunks (measure/samples.py); nothing
     for a handful of samples. Used as `with _progress(n) as progress: ... progress(done, n)`."""
 
     def __init__(self, n: int):
@@ -155,7 +155,7 @@ def parse_tree(args):
         return None
     if args.gamma is not None:
         raise UserError("--tree sets how deep drafting goes (one width per level); drop --gamma.")
-    from nanospec.tree import Tree
+    from nanospec.trees.tree import Tree
     widths = _int_list(args.tree, "--tree", 1, 16)
     try:
         return Tree.from_branching(widths)
@@ -164,12 +164,12 @@ def parse_tree(args):
 
 
 def cmd_train(args) -> None:
-    from nanospec.train import TrainConfig, train, train_tokenizer
+    from nanospec.training.lm import TrainConfig, train, train_tokenizer
 
     command = "nanospec " + shlex.join(sys.argv[1:])
     if args.what == "heads":
-        from nanospec.heads import KINDS
-        from nanospec.train_heads import HeadsTrainConfig, acceptance_probe, train_heads
+        from nanospec.heads.modules import KINDS
+        from nanospec.training.heads import HeadsTrainConfig, acceptance_probe, train_heads
         hc = HeadsTrainConfig() if args.steps is None else HeadsTrainConfig(steps=args.steps)
         kinds = [k.strip() for k in (args.kinds or "medusa,eagle,mtp").split(",") if k.strip()]
         if not kinds or any(k not in KINDS for k in kinds):
@@ -199,8 +199,8 @@ def cmd_train(args) -> None:
 
 
 def cmd_eval(args) -> None:
-    from nanospec.evaluate import check_models, run_eval
-    from nanospec.tables import console_for
+    from nanospec.measure.evaluate import check_models, run_eval
+    from nanospec.measure.tables import console_for
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     check_models(names)  # before loading anything
     run_eval(args.checkpoints, names, json_path=args.json, console=console_for(args.wide),
@@ -208,11 +208,11 @@ def cmd_eval(args) -> None:
 
 
 def cmd_bench(args) -> None:
-    from nanospec.bench import run_bench
+    from nanospec.measure.bench import run_bench
     from nanospec.decode import METHODS, Bundle, needs
     from nanospec.fileio import atomic_write
-    from nanospec.tables import console_for
-    from nanospec.workloads import WORKLOADS
+    from nanospec.measure.tables import console_for
+    from nanospec.measure.workloads import WORKLOADS
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
@@ -228,12 +228,12 @@ def cmd_bench(args) -> None:
     bundle = Bundle.load(args.checkpoints, sorted({n for m in methods for n in needs(m)}))
     trees = {}
     for text in (args.tree or []):
-        from nanospec.tree import Tree
+        from nanospec.trees.tree import Tree
         try:
             trees[text] = Tree.from_branching(_int_list(text, "--tree", 1, 16))
         except ValueError as e:
             raise UserError(str(e)) from None
-    console = console_for(args.wide)  # a file or a pipe gets the wide table (tables.py)
+    console = console_for(args.wide)  # a file or a pipe gets the wide table (measure/tables.py)
     reports = [run_bench(bundle, methods, gammas, temperature=args.temperature, workload=w,
                          tokens=args.tokens, repeats=args.repeats, n_prompts=args.prompts,
                          trees=trees, console=console, wide=args.wide or None)

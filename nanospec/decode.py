@@ -25,18 +25,18 @@ from nanospec.drafters import DraftModel, PromptLookup
 from nanospec.errors import UserError
 from nanospec.generate import (_generate, bucket, compile_decode_rounds, decode_rounds, new_tokens,
                                pad_prompts)
-from nanospec.heads import KINDS
-from nanospec.samples import MEMORY_BUDGET, plan_chunks, run_chunks, state_counters
+from nanospec.heads.modules import KINDS
+from nanospec.measure.samples import MEMORY_BUDGET, plan_chunks, run_chunks, state_counters
 from nanospec.sampling import SamplingParams
 from nanospec.speculative import (_fused, check_room, compile_rounds, generated,
                                   speculative_rounds)
 from nanospec.trace import compile_event, events_from_step, metrics, run_end, run_start
-from nanospec.tree import Tree
-from nanospec.tree_speculative import _fused_tree, check_tree, compile_tree_rounds, tree_rounds
-from nanospec.tree_trace import events_from_tree_step
+from nanospec.trees.tree import Tree
+from nanospec.trees.loop import _fused_tree, check_tree, compile_tree_rounds, tree_rounds
+from nanospec.trees.trace import events_from_tree_step
 
 METHODS = ("ar", "draft", "ngram", "medusa", "eagle", "mtp")
-HEADS = KINDS  # drafters that sit on the target (heads.py)
+HEADS = KINDS  # drafters that sit on the target (heads/modules.py)
 EVERYTHING = ("target", "draft") + HEADS  # every shipped model and head
 
 
@@ -55,14 +55,14 @@ class Bundle:
     @classmethod
     def load(cls, ckpt_dir, names=("target", "draft")) -> "Bundle":
         """Load the named models and heads (`medusa`, `eagle`, `mtp` are heads)."""
-        from nanospec.heads import load_head
+        from nanospec.heads.modules import load_head
         tok, models = load_models(ckpt_dir, [n for n in names if n not in HEADS])
         models.update({n: load_head(ckpt_dir, n) for n in names if n in HEADS})
         return cls(tok, models)
 
     def drafter(self, method: str):
         """(drafter, its params) for a speculative method."""
-        from nanospec.feature_drafters import DRAFTERS
+        from nanospec.heads.drafters import DRAFTERS
         tcfg, tgraph, tparams = self.models["target"]
         if method == "draft":
             cfg, graphdef, params = self.models["draft"]
@@ -100,7 +100,7 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
            progress=None) -> Result:
     """`tree`: draft a token tree instead of a chain of γ (`top`: top-k siblings, else sampled).
 
-    Many samples run in chunks whose caches fit `memory_budget` bytes (samples.py), each
+    Many samples run in chunks whose caches fit `memory_budget` bytes (measure/samples.py), each
     reported to `progress(samples_done, num_samples)` if given."""
     if method not in METHODS:
         raise UserError(f"Unknown method {method!r}; choose one of {', '.join(METHODS)}.")

@@ -25,8 +25,8 @@ must depend only on what the drafter knows before the target is consulted.
 `hidden` is what the target computed: over the padded prompt at `init`, and over the verify
 block [last, x₁..x_γ] (positions start.., `emitted[j]` is the token appended at position
 start+1+j) at `commit`, after every round. The two drafters here ignore it; the heads in
-heads.py (Medusa, EAGLE, MTP) draft from it. Drafters that can also grow token trees add
-`propose_tree` and `commit_tree` (tree_speculative.py).
+heads/modules.py (Medusa, EAGLE, MTP) draft from it. Drafters that can also grow token trees add
+`propose_tree` and `commit_tree` (trees/loop.py).
 
 This file: the separate draft model, and prompt lookup (n-gram matching, no model at all).
 """
@@ -40,8 +40,8 @@ import jax.numpy as jnp
 from nanospec.cache import KVCache, init_cache, rollback
 from nanospec.model import ModelConfig, forward
 from nanospec.sampling import SamplingParams, sample_rows, sampling_probs
-from nanospec.tree import tree_positions
-from nanospec.tree_drafting import pick_children, plant, prefixed_mask
+from nanospec.trees.tree import tree_positions
+from nanospec.trees.grow import pick_children, plant, prefixed_mask
 
 
 class Drafter(Protocol):
@@ -112,7 +112,7 @@ class DraftModel:
         return cache  # it re-reads the committed tail itself at the next propose
 
     def propose_tree(self, dparams, cache, seq, length, key, sp, tree, top):
-        """Grow `tree` (tree_drafting.py): one pass over [second-last, root, nodes] per depth.
+        """Grow `tree` (trees/grow.py): one pass over [second-last, root, nodes] per depth.
 
         Each pass sees the tree grown so far through the ancestor mask; nodes not yet filled
         hold junk that no filled node can see. The cache comes back holding every committed

@@ -19,7 +19,7 @@ One call shape serves every use:
 the features that Medusa, EAGLE and multi-token-prediction heads read.
 
 What this file deliberately leaves out: dropout (our data is synthetic and plentiful), weight
-decay masks (see train.py), mixed precision, rotary embeddings (GPT-2 uses learned positions).
+decay masks (see training/lm.py), mixed precision, rotary embeddings (GPT-2 uses learned positions).
 """
 
 import dataclasses

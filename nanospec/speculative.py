@@ -223,7 +223,7 @@ def commit_round(cfg: ModelConfig, state: SpecState, cache: KVCache, n_accepted,
     once it holds n_ctx tokens — the same three stops as autoregressive decoding.
 
     `cache` comes from the verify pass, with the accepted path already in slots start.. (a
-    chain's drafts are; a tree's are moved there first, tree_speculative.py). The caller then
+    chain's drafts are; a tree's are moved there first, trees/loop.py). The caller then
     lets the drafter see the target's features (`drafter.commit`).
     """
     B, W = emitted.shape

@@ -20,7 +20,7 @@ each with "schema", "type", and for per-row events "round" (0-based) and "row":
   run_end    summary (= summarize(all earlier events))
 
 A token-tree run's run_start also has `tree` (each node's parent) and `siblings`, and its
-rounds have one `tree` event in place of draft/verify/accept/reject/discard (tree_trace.py).
+rounds have one `tree` event in place of draft/verify/accept/reject/discard (trees/trace.py).
 
 A round may draft fewer than γ: prompt lookup with no match drafts none, nor does any round
 that has no room left before the context's end, and that round is just verify (over the one

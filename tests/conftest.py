@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from nanospec.checkpoint import record_file, save_model
-from nanospec.heads import KINDS, HeadConfig, build, save_head
+from nanospec.heads.modules import KINDS, HeadConfig, build, save_head
 from nanospec.model import GPT, ModelConfig
 from nanospec.tokenizer import Tokenizer
 

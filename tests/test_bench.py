@@ -13,22 +13,22 @@ import pytest
 from flax import nnx
 from rich.console import Console
 
-import nanospec.bench
-import nanospec.probes
-from nanospec.bench import expected_tokens, iid_acceptance, latency_flags, plan_runs, run_bench
+import nanospec.measure.bench
+import nanospec.measure.probes
+from nanospec.measure.bench import expected_tokens, iid_acceptance, latency_flags, plan_runs, run_bench
 from nanospec.cli import main
 from nanospec.decode import METHODS, Bundle
-from nanospec.probes import paired_latency
-from nanospec.tables import print_bench
-from nanospec.heads import KINDS, HeadConfig, build
-from nanospec.tree import Tree
+from nanospec.measure.probes import paired_latency
+from nanospec.measure.tables import print_bench
+from nanospec.heads.modules import KINDS, HeadConfig, build
+from nanospec.trees.tree import Tree
 from nanospec.errors import UserError
 from nanospec.model import GPT, ModelConfig, count_params
 
 
 def test_doctests():
-    assert doctest.testmod(nanospec.bench).failed == 0
-    assert doctest.testmod(nanospec.probes).failed == 0
+    assert doctest.testmod(nanospec.measure.bench).failed == 0
+    assert doctest.testmod(nanospec.measure.probes).failed == 0
 
 
 def test_expected_tokens_per_round():
@@ -176,7 +176,7 @@ def test_a_prompt_too_long_for_the_context_is_a_user_error(tiny_ckpt_dir):
 
 def test_each_pair_of_c_probes_runs_back_to_back_in_every_pass():
     """c is a difference of two probe times; both halves must see the machine in one state."""
-    from nanospec.probes import paired_median_differences
+    from nanospec.measure.probes import paired_median_differences
     calls = []
     pairs = {k: (lambda k=k: calls.append((k, "round")), lambda k=k: calls.append((k, "pass")))
              for k in ("x", "y")}

@@ -12,12 +12,12 @@ from flax import nnx
 from nanospec.checkpoint import load_model, read_manifest, state_to_tensors
 from nanospec.corpus import CorpusConfig
 from nanospec.errors import UserError
-from nanospec.feature_drafters import DRAFTERS
-from nanospec.heads import KINDS, HeadConfig, build, load_head, save_head
+from nanospec.heads.drafters import DRAFTERS
+from nanospec.heads.modules import KINDS, HeadConfig, build, load_head, save_head
 from nanospec.model import GPT, ModelConfig, forward
-from nanospec.train import TrainConfig, train, train_tokenizer
+from nanospec.training.lm import TrainConfig, train, train_tokenizer
 from nanospec.sampling import SamplingParams
-from nanospec.train_heads import HeadsTrainConfig, corpus_vocabulary, train_heads
+from nanospec.training.heads import HeadsTrainConfig, corpus_vocabulary, train_heads
 
 SMALL_CORPUS = CorpusConfig(n_train_docs=60, n_val_docs=6)
 

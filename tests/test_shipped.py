@@ -10,7 +10,7 @@ import pytest
 
 from nanospec.checkpoint import load_models, read_manifest
 from nanospec.decode import Bundle, decode
-from nanospec.evaluate import all_fact_accuracy, capital_accuracy, next_token_accuracy
+from nanospec.measure.evaluate import all_fact_accuracy, capital_accuracy, next_token_accuracy
 from nanospec.fileio import sha256_file
 from tests.conftest import SHIPPED
 

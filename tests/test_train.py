@@ -9,8 +9,8 @@ import pytest
 from nanospec.checkpoint import load_model, read_manifest, state_to_tensors
 from nanospec.corpus import CorpusConfig
 from nanospec.errors import UserError
-from nanospec import train as train_mod
-from nanospec.train import TrainConfig, get_batch, train, train_tokenizer
+from nanospec.training import lm as train_mod
+from nanospec.training.lm import TrainConfig, get_batch, train, train_tokenizer
 
 SMALL_CORPUS = CorpusConfig(n_train_docs=60, n_val_docs=6)
 

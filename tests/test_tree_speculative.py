@@ -1,4 +1,4 @@
-"""Token trees through the whole loop (tree_speculative.py): a chain-shaped tree IS the chain,
+"""Token trees through the whole loop (trees/loop.py): a chain-shaped tree IS the chain,
 greedy trees reproduce the target, and only the accepted path survives in the cache."""
 
 import jax
@@ -12,9 +12,9 @@ from nanospec.generate import generate, pad_prompts
 from nanospec.model import forward
 from nanospec.sampling import GREEDY, SamplingParams
 from nanospec.speculative import generated, speculative_generate
-from nanospec.tree import Tree
+from nanospec.trees.tree import Tree
 from nanospec.speculative import prefill
-from nanospec.tree_speculative import _fused_tree, check_tree, tree_draft_phase, tree_generate
+from nanospec.trees.loop import _fused_tree, check_tree, tree_draft_phase, tree_generate
 from tests.statistical.laws import PROMPT, PROMPT_B, tiny_drafters, tiny_pair
 
 PROMPTS = [PROMPT, PROMPT_B, [2, 2, 2, 1]]

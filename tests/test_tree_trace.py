@@ -5,22 +5,22 @@ import doctest
 
 import pytest
 
-import nanospec.tree_trace
+import nanospec.trees.trace
 from nanospec.decode import Bundle, decode
-from nanospec.tree import Tree
+from nanospec.trees.tree import Tree
 
 PROMPT = "The capital of"
 
 
 def test_doctests():
-    assert doctest.testmod(nanospec.tree_trace).failed == 0
+    assert doctest.testmod(nanospec.trees.trace).failed == 0
 
 
 def test_verdicts_of_a_walk_that_stopped_halfway():
     # 2,2 tree: root -> {1, 2}; 1 -> {3, 4}; 2 -> {5, 6}. Node 2 accepted after 1 was
     # rejected; then both of node 2's children were tried and rejected.
     tree = Tree.from_branching((2, 2))
-    verdicts = nanospec.tree_trace.tree_verdicts(tree.parents, [0, 2], 1, tree.children.tolist())
+    verdicts = nanospec.trees.trace.tree_verdicts(tree.parents, [0, 2], 1, tree.children.tolist())
     assert verdicts == ["root", "reject", "accept", "skip", "skip", "reject", "reject"]
 
 

@@ -146,7 +146,7 @@ def reveal(rnd: Round, step: Step, method: str = "draft") -> Frame:
                  rnd.index + (ph == Phase.COMMIT))
 
 
-# What each drafter does to propose draft k (nanospec/drafters.py, feature_drafters.py, heads.py).
+# What each drafter does to propose draft k (nanospec/drafters.py, heads/drafters.py, heads/modules.py).
 PROPOSES = {
     "draft": "the draft model reads the text and samples {x} from its own law, q(x) = {q}",
     "ngram": ("prompt lookup copies {x} from where the last tokens occurred earlier; a copy is"

@@ -18,7 +18,7 @@ from nanospec.generate import pad_prompts
 from nanospec.model import GPT, ModelConfig, forward
 from nanospec.sampling import SamplingParams, sampling_probs
 from nanospec.speculative import _fused, generated, prefill, speculative_step
-from nanospec.tree_speculative import _fused_tree
+from nanospec.trees.loop import _fused_tree
 
 V = 5  # vocabulary of the tiny models
 N_CTX = 16
@@ -186,8 +186,8 @@ def tiny_drafters(target, depth: int = 3) -> dict:
     `draft_logits` are covered.
     """
     from nanospec.drafters import PromptLookup
-    from nanospec.feature_drafters import DRAFTERS
-    from nanospec.heads import KINDS, HeadConfig, build
+    from nanospec.heads.drafters import DRAFTERS
+    from nanospec.heads.modules import KINDS, HeadConfig, build
 
     cfg, g, p = target
     out = {"ngram": (PromptLookup(V, max_ngram=2), ())}

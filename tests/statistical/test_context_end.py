@@ -20,7 +20,7 @@ import pytest
 
 from nanospec.drafters import DraftModel, PromptLookup
 from nanospec.sampling import SamplingParams
-from nanospec.tree import Tree
+from nanospec.trees.tree import Tree
 from tests.statistical.laws import (N_CTX, V, chi_square_pvalue, encode, exact_law,
                                     run_speculative, tiny_pair)
 

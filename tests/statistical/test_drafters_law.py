@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import nanospec.feature_drafters
+import nanospec.heads.drafters
 import nanospec.speculative
 import nanospec.verify
 from nanospec.sampling import SamplingParams, sample_rows
@@ -107,7 +107,7 @@ def _sample_at_other_temperature(key, q):
 BROKEN = {
     "residual_replaced_by_p": (nanospec.verify, "residual", _residual_is_p),
     "rollback_off_by_one": (nanospec.speculative, "committed_cache_length", _rollback_off_by_one),
-    "q_from_the_wrong_temperature": (nanospec.feature_drafters, "sample_rows",
+    "q_from_the_wrong_temperature": (nanospec.heads.drafters, "sample_rows",
                                      _sample_at_other_temperature),
 }
 ROUTES = [("ngram", "residual_replaced_by_p"), ("ngram", "rollback_off_by_one")] + [

@@ -24,7 +24,7 @@ from nanospec.generate import generate, pad_prompts
 from nanospec.model import forward
 from nanospec.sampling import GREEDY
 from nanospec.speculative import generated, speculative_generate
-from nanospec.workloads import workload_prompts
+from nanospec.measure.workloads import workload_prompts
 from tests.conftest import SHIPPED
 
 NEAR_TIE = 1e-3  # logits; float32 block-vs-single differences are ~1e-5 here

@@ -38,9 +38,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import nanospec.tree
+import nanospec.trees.tree
 from nanospec.sampling import sample
-from nanospec.tree import Tree, gather_path, sibling_laws, sibling_outcome, verify_tree
+from nanospec.trees.tree import Tree, gather_path, sibling_laws, sibling_outcome, verify_tree
 from nanospec.verify import residual
 from tests.statistical.laws import chi_square_pvalue
 from tests.statistical.test_verify_identity import acceptance_probability, laws
@@ -103,7 +103,7 @@ def test_siblings_leave_the_parent_with_law_p(data):
 
 
 def test_without_replacement_and_stale_node_q_is_not_exact():
-    """tree.py's counterexample: p = [0 .2 .8], q = [.9 .1 0] -> token 1 every time."""
+    """trees/tree.py's counterexample: p = [0 .2 .8], q = [.9 .1 0] -> token 1 every time."""
     p, q = np.array([0.0, 0.2, 0.8]), np.array([0.9, 0.1, 0.0])
     np.testing.assert_allclose(without_replacement_law(p, q, 2, update_node_q=False), [0, 1, 0],
                                atol=TOL)
@@ -251,6 +251,6 @@ BROKEN = {
 
 @pytest.mark.parametrize("name", BROKEN)
 def test_the_tree_law_test_rejects_a_broken_walk(break_with, name):
-    break_with(nanospec.tree, *BROKEN[name])
+    break_with(nanospec.trees.tree, *BROKEN[name])
     pvalue, _ = law_pvalue("2x2", top_k=False, seed=2)
     assert pvalue < POWER, f"{name} slipped through: p-value {pvalue:.3g}"

@@ -17,11 +17,11 @@ walk, which the draft model's two cells and tests/test_tree.py cover). Power tes
 
 import pytest
 
-import nanospec.tree
-import nanospec.tree_speculative
+import nanospec.trees.tree
+import nanospec.trees.loop
 from nanospec.drafters import DraftModel
 from nanospec.sampling import SamplingParams
-from nanospec.tree import Tree
+from nanospec.trees.tree import Tree
 from tests.statistical.laws import (PROMPT, PROMPT_B, chi_square_pvalue, encode, exact_law,
                                     run_speculative, tiny_drafters, tiny_pair)
 
@@ -83,8 +83,8 @@ def _residual_is_p(r, q):
 
 
 BROKEN = {
-    "path_not_compacted": (nanospec.tree_speculative, "compact_path", _no_compaction),
-    "residual_not_taken_between_siblings": (nanospec.tree, "residual", _residual_is_p),
+    "path_not_compacted": (nanospec.trees.loop, "compact_path", _no_compaction),
+    "residual_not_taken_between_siblings": (nanospec.trees.tree, "residual", _residual_is_p),
 }
 
 

@@ -30,8 +30,8 @@ rows of the output layer are read, and the target, through the residual, still e
 (float16 safetensors, GPT-2 style names, sha256 in MANIFEST).
 
 What this file deliberately leaves out: Medusa's separate per-head output layers (ours share
-the target's), EAGLE's dynamic draft trees (tree.py verifies static trees), training (see
-train_heads.py) and the drafting loops (see feature_drafters.py).
+the target's), EAGLE's dynamic draft trees (trees/tree.py verifies static trees), training (see
+training/heads.py) and the drafting loops (see heads/drafters.py).
 """
 
 import json

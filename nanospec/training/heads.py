@@ -12,7 +12,7 @@ which is what maximises acceptance, rather than the corpus's next token):
             feature (as drafting will), so it learns to read its own guesses
     MTP     module k at position i    vs p at i+k, chained through modules 1..k
 
-Optimisers, schedule and batches follow train.py (AdamW, warmup + cosine, clipping per head).
+Optimisers, schedule and batches follow training/lm.py (AdamW, warmup + cosine, clipping per head).
 The target is never updated (its parameters are not differentiated).
 
 What this file deliberately leaves out: feature noise schedules, per-head loss weights
@@ -32,9 +32,9 @@ from flax import nnx
 
 from nanospec.checkpoint import load_model, load_tokenizer
 from nanospec.corpus import CorpusConfig, build_corpus
-from nanospec.heads import KINDS, HeadConfig, build, save_head
+from nanospec.heads.modules import KINDS, HeadConfig, build, save_head
 from nanospec.model import count_params, forward
-from nanospec.train import TrainConfig, _cpu_count, get_batch, make_optimizer, tokenize_docs
+from nanospec.training.lm import TrainConfig, _cpu_count, get_batch, make_optimizer, tokenize_docs
 
 EAGLE_FEATURE_WEIGHT = 1.0  # smooth-L1 on features next to the (soft) cross-entropy, as EAGLE
 
@@ -222,7 +222,7 @@ def acceptance_probe(ckpt_dir: str | Path, method: str, gamma: int = 4, n_prompt
     from nanospec.generate import pad_prompts
     from nanospec.sampling import GREEDY
     from nanospec.speculative import speculative_generate, state_metrics
-    from nanospec.workloads import workload_prompts
+    from nanospec.measure.workloads import workload_prompts
 
     bundle = Bundle.load(ckpt_dir, needs(method))
     tcfg, tgraph, tparams = bundle.models["target"]

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 from nanospec.cache import init_cache, rollback
 from nanospec.generate import _generate, pad_prompts
-from nanospec.heads import KINDS
+from nanospec.heads.modules import KINDS
 from nanospec.model import count_params, forward
 from nanospec.sampling import GREEDY, SamplingParams
 from nanospec.speculative import prefill

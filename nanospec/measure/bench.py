@@ -54,15 +54,15 @@ from nanospec.errors import UserError
 from nanospec.fileio import atomic_write
 from nanospec.generate import _generate, pad_prompts
 from nanospec.model import ModelConfig
-from nanospec.probes import (FORWARD_CALLS, decode_probe, extra_cost, forward_probe,
+from nanospec.measure.probes import (FORWARD_CALLS, decode_probe, extra_cost, forward_probe,
                              interleaved_samples, paired_latency, paired_median_differences,
                              round_probe)
 from nanospec.sampling import SamplingParams
 from nanospec.speculative import _fused, check_room
-from nanospec.tables import print_bench
-from nanospec.tree_speculative import _fused_tree, check_tree
+from nanospec.measure.tables import print_bench
+from nanospec.trees.loop import _fused_tree, check_tree
 from nanospec.trace import metrics
-from nanospec.workloads import workload_prompts
+from nanospec.measure.workloads import workload_prompts
 
 
 PAIRED_REPEATS = 3  # c's pairs are timed this many times as often as everything else
@@ -153,7 +153,7 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
               trees: dict | None = None, wide: bool | None = None) -> dict:
     """`trees` ({label: Tree}) adds a token-tree run (top-k siblings) for every method that
     grows trees; those rows report acceptance and measured speedup (no cost model). `wide`:
-    print the single wide table (None: whenever it fits the console; see tables.py)."""
+    print the single wide table (None: whenever it fits the console; see measure/tables.py)."""
     console = console or Console()
     tok = bundle.tok
     target = bundle.models["target"]

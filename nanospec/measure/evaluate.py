@@ -28,8 +28,8 @@ from nanospec.fileio import atomic_write
 from nanospec.generate import generate, pad_prompts
 from nanospec.model import forward
 from nanospec.sampling import GREEDY
-from nanospec.tables import print_eval
-from nanospec.train import tokenize_docs
+from nanospec.measure.tables import print_eval
+from nanospec.training.lm import tokenize_docs
 
 # The models eval can judge: the two language models. The heads draft from the target's
 # features and are no language model on their own; `bench` measures them.

@@ -1,5 +1,5 @@
-"""Drafting from the target's features: the Medusa, EAGLE and MTP drafters (heads.py has the
-modules, train_heads.py trains them).
+"""Drafting from the target's features: the Medusa, EAGLE and MTP drafters (heads/modules.py has the
+modules, training/heads.py trains them).
 
 They follow the protocol in drafters.py, with `dparams = drafter.prepare(head_params,
 target_params)`, made once at load: the heads reuse the target's embedding, final LayerNorm and
@@ -23,7 +23,7 @@ so the next round starts from the target's truth, not from their own guesses.
 Every q returned is exactly the law the draft was sampled from (the head's logits through the
 same sampling pipeline as the target's), so the verify rule stays exact at any temperature.
 
-Each drafter also grows token trees (`propose_tree`, see tree_speculative.py).
+Each drafter also grows token trees (`propose_tree`, see trees/loop.py).
 
 What this file deliberately leaves out: Medusa's lossy "typical acceptance".
 """
@@ -37,10 +37,10 @@ import numpy as np
 from flax import nnx
 
 from nanospec.cache import rollback
-from nanospec.heads import HeadConfig
+from nanospec.heads.modules import HeadConfig
 from nanospec.sampling import sample_rows, sampling_probs
-from nanospec.tree import tree_positions
-from nanospec.tree_drafting import parent_index, pick_children, plant
+from nanospec.trees.tree import tree_positions
+from nanospec.trees.grow import parent_index, pick_children, plant
 
 
 def _at(x: jax.Array, index: jax.Array) -> jax.Array:

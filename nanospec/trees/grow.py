@@ -5,13 +5,13 @@ d − 1 (a draft-model or EAGLE pass over the tree so far, an MTP module, a Medu
 `pick_children` fills depth d from those laws, either
 
 - top:    the k-th child of a node is the k-th most likely token of the node's law (its law
-          at T = 1: tree_speculative.py says why). The choice is deterministic, so each child
+          at T = 1: trees/loop.py says why). The choice is deterministic, so each child
           is a point mass, node_q = one-hot(x) — exact at any temperature (Medusa's trees); or
 - sample: each child is an independent draw from its parent's law, node_q = that law
           (SpecInfer's trees; duplicates among siblings are allowed, and needed for exactness).
 
 What this file deliberately leaves out: choosing the tree's shape (the caller passes a `Tree`)
-and sampling siblings without replacement (tree.py explains why node_q would have to change).
+and sampling siblings without replacement (trees/tree.py explains why node_q would have to change).
 """
 
 from typing import NamedTuple
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from nanospec.sampling import row_keys, sample
-from nanospec.tree import Tree
+from nanospec.trees.tree import Tree
 
 
 class Grown(NamedTuple):  # what the draft phase hands to the verify phase

@@ -1,6 +1,6 @@
 """Trace events for token-tree rounds: the tree drafted, how the walk judged it, the path kept.
 
-A tree round (tree_speculative.py) is traced as
+A tree round (trees/loop.py) is traced as
 
   tree       nodes = [{node, parent, depth, token, text, q, p, verdict}, ...] for every drafted
              node in breadth-first order (node 0, the last committed token, is the root), and

@@ -2,7 +2,7 @@
 
 One round (`tree_step` = `tree_draft_phase` then `tree_verify_phase`):
 
-1. grow:   the drafter fills a static `Tree` (tree.py) depth by depth. Each node's children
+1. grow:   the drafter fills a static `Tree` (trees/tree.py) depth by depth. Each node's children
            come from the drafter's law at that node, either `top` (its k most likely tokens,
            deterministic, so each child is a point mass: Medusa's trees) or `sample` (k i.i.d.
            draws from that law: SpecInfer's trees);
@@ -15,7 +15,7 @@ One round (`tree_step` = `tree_draft_phase` then `tree_verify_phase`):
            speculative.commit_round appends the tokens exactly as for a chain.
 
 Drafters grow trees with `propose_tree(dparams, dstate, seq, length, key, sp, tree, top)`
--> (tokens (B, N), node_q (B, N, V), dstate), using tree_drafting.py for the choice itself,
+-> (tokens (B, N), node_q (B, N, V), dstate), using trees/grow.py for the choice itself,
 and see the accepted path (as a chain: the target's features along it, the emitted tokens)
 with `commit_tree`, which has `commit`'s signature — the draft model needs it to re-read
 the accepted tokens, because its own cache holds the tree in node order, not the path.
@@ -23,7 +23,7 @@ the accepted tokens, because its own cache holds the tree in node order, not the
 Static vs traced, and the state, are those of speculative.py (the tree replaces γ; `hist`
 counts rounds by accepted depth). Two drivers, as for chains: `_fused_tree` (one
 `lax.while_loop`) and `tree_rounds` (a generator yielding each round's `TreeTrace`: the tree
-drafted, the path accepted — tree_trace.py turns it into events). What this file
+drafted, the path accepted — trees/trace.py turns it into events). What this file
 deliberately leaves out: dynamic trees that reshape per round (EAGLE-2).
 """
 
@@ -41,15 +41,15 @@ from nanospec.model import ModelConfig, forward
 from nanospec.sampling import SamplingParams, sampling_probs
 from nanospec.speculative import (SpecState, _prefill_jit, at, commit_round, full_capacity,
                                   shared_prefill, top_tokens)
-from nanospec.tree import Tree, compact_path, gather_path, tree_positions, verify_tree
-from nanospec.tree_drafting import Grown
+from nanospec.trees.tree import Tree, compact_path, gather_path, tree_positions, verify_tree
+from nanospec.trees.grow import Grown
 
 
 RANKING = SamplingParams.make(1.0)  # top-k siblings are ranked by the drafter's plain softmax
 
 
 class TreeTrace(NamedTuple):
-    """Everything one tree round decided, as fixed-shape arrays (tree_trace.py reads them)."""
+    """Everything one tree round decided, as fixed-shape arrays (trees/trace.py reads them)."""
 
     live: jax.Array  # (B,) bool: the row took part in this round
     start: jax.Array  # (B,) int32: committed length before the round
