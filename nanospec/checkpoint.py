@@ -110,14 +110,34 @@ def verify_file(ckpt_dir: str | Path, filename: str) -> Path:
 # ------------------------------------------------------------------ models
 
 
-def save_model(ckpt_dir: str | Path, cfg: ModelConfig, params, info: dict | None = None) -> Path:
-    """Write `<cfg.name>.safetensors` atomically and record it in the manifest."""
-    path = Path(ckpt_dir) / f"{cfg.name}.safetensors"
-    blob = st_save(state_to_tensors(params, STORAGE_DTYPE),
-                   metadata={"config": json.dumps(cfg.to_dict()), "dtype": "float16"})
+def write_weights(ckpt_dir: str | Path, filename: str, params, metadata: dict[str, str],
+                  info: dict | None = None) -> Path:
+    """The one safetensors writer: `params` as float16 tensors with GPT-2 names plus
+    `metadata`, written atomically, then recorded (sha256, and `info`) in the manifest."""
+    path = Path(ckpt_dir) / filename
+    blob = st_save(state_to_tensors(params, STORAGE_DTYPE), metadata={**metadata, "dtype": "float16"})
     atomic_write(path, blob)
     record_file(ckpt_dir, path.name, info)
     return path
+
+
+def read_weights(path: Path, key: str, what: str = "nanospec checkpoint"):
+    """The one safetensors reader: (tensors, json.loads of metadata[key]); any parse failure
+    is one sentence saying the file is not a valid `what`."""
+    blob = path.read_bytes()
+    try:
+        tensors = st_load(blob)
+        header_len = int.from_bytes(blob[:8], "little")
+        meta = json.loads(blob[8:8 + header_len])["__metadata__"]
+        return tensors, json.loads(meta[key])
+    except Exception as e:  # safetensors raises several kinds; all mean "not a valid file"
+        raise UserError(f"{path} is not a valid {what} ({type(e).__name__}).") from None
+
+
+def save_model(ckpt_dir: str | Path, cfg: ModelConfig, params, info: dict | None = None) -> Path:
+    """Write `<cfg.name>.safetensors` atomically and record it in the manifest."""
+    return write_weights(ckpt_dir, f"{cfg.name}.safetensors", params,
+                         {"config": json.dumps(cfg.to_dict())}, info)
 
 
 def load_model(ckpt_dir: str | Path, name: str, verify: bool = True):
@@ -131,13 +151,10 @@ def load_model_file(path: str | Path):
     path = Path(path)
     if not path.is_file():
         raise UserError(f"Checkpoint file not found: {path}.")
-    blob = path.read_bytes()
+    tensors, config = read_weights(path, "config")
     try:
-        tensors = st_load(blob)
-        header_len = int.from_bytes(blob[:8], "little")
-        meta = json.loads(blob[8:8 + header_len])["__metadata__"]
-        cfg = ModelConfig.from_dict(json.loads(meta["config"]))
-    except Exception as e:  # safetensors raises several kinds; all mean "not a valid file"
+        cfg = ModelConfig.from_dict(config)
+    except Exception as e:
         raise UserError(f"{path} is not a valid nanospec checkpoint ({type(e).__name__}).") from None
     graphdef, params = nnx.split(GPT(cfg, nnx.Rngs(0)))
     load_tensors_into(params, tensors, where=str(path))

@@ -1,38 +1,16 @@
 """Drafters: the cheap guessers that propose γ tokens for the target to verify.
 
-Every drafter implements one small protocol (and is a frozen dataclass, so it is hashable and
-can be a static argument of jit; its weights travel separately as `dparams`):
+Every drafter subclasses `Drafter`, the one contract the loop relies on (it never asks a
+drafter what it can do any other way). Each is a frozen dataclass, so it is hashable and can be
+part of a loop's static fields; its weights travel separately as `dparams`.
 
-    init(dparams, tokens, lengths, hidden, capacity)        -> dstate
-    propose(dparams, dstate, seq, length, key, sp, γ)        -> drafts (B, γ), q (B, γ, V), dstate
-    commit(dparams, dstate, hidden, emitted, start, length) -> dstate
-
-`seq` (B, S) holds the committed tokens, `length` (B,) how many per row; `capacity` is the
-number of slots the run's caches have (cache.capacity: enough for every round's block). `q[b, i]` must be
-*exactly* the law drafts[b, i] was drawn from — the verify rule's exactness rests on it. A
-deterministic drafter returns one-hot rows (a point mass). The drafter keeps whatever state it
-likes (a KV cache, an index) and must cope with any number of its drafts being rejected: the
-committed `length` it is given next time is the truth.
-
-A drafter may also say how many of its γ drafts to verify this round (else all γ):
-
-    draft_length(seq, length, γ)                             -> n_draft (B,) in 0..γ
-
-The verify pass then judges only those, and a round where no row proposes any is an ordinary
-decode step over one token (speculative.target_pass) — cheaper than a (γ+1)-token pass. It
-must depend only on what the drafter knows before the target is consulted.
-
-`hidden` is what the target computed: over the padded prompt at `init`, and over the verify
-block [last, x₁..x_γ] (positions start.., `emitted[j]` is the token appended at position
-start+1+j) at `commit`, after every round. The two drafters here ignore it; the heads in
-heads/modules.py (Medusa, EAGLE, MTP) draft from it. Drafters that can also grow token trees add
-`propose_tree` and `commit_tree` (trees/loop.py).
-
-This file: the separate draft model, and prompt lookup (n-gram matching, no model at all).
+This file: the contract, the separate draft model, and prompt lookup (n-gram matching, no model
+at all). heads/drafters.py has Medusa, EAGLE and MTP; trees/grow.py teaches drafters to grow
+token trees.
 """
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -40,21 +18,53 @@ import jax.numpy as jnp
 from nanospec.cache import KVCache, init_cache, rollback
 from nanospec.model import ModelConfig, forward
 from nanospec.sampling import SamplingParams, sample_rows, sampling_probs
-from nanospec.trees.tree import tree_positions
-from nanospec.trees.grow import pick_children, plant, prefixed_mask
 
 
-class Drafter(Protocol):
-    name: str
+class Drafter:
+    """The drafter contract. Must implement: `init`, `propose`. May override: the rest.
+
+    `seq` (B, S) holds the committed tokens, `length` (B,) how many per row; `capacity` is the
+    number of slots the run's caches have (cache.capacity: enough for every round's block).
+    `q[b, i]` must be *exactly* the law drafts[b, i] was drawn from — the verify rule's
+    exactness rests on it. A deterministic drafter returns one-hot rows (a point mass). The
+    drafter keeps whatever state it likes (a KV cache, an index) and must cope with any number
+    of its drafts being rejected: the committed `length` it is given next time is the truth.
+
+    `hidden` is what the target computed: over the padded prompt at `init`, and over the verify
+    block [last, x₁..x_γ] (positions start.., `emitted[j]` is the token appended at position
+    start+1+j) at `commit`, after every round. The draft model and prompt lookup ignore it;
+    the heads (Medusa, EAGLE, MTP) draft from it.
+    """
+
+    name: str = "drafter"
+    max_gamma: int | None = None  # the most drafts one round can hold (heads: one per head)
+    varies_length: bool = False  # True if `draft_length` may propose fewer than γ
+
+    def prepare(self, params, target_params) -> Any:
+        """This drafter's dparams, made once at load from its own and the target's parameters."""
+        return params
 
     def init(self, dparams, tokens: jax.Array, lengths: jax.Array, hidden: jax.Array,
-             capacity: int | None = None) -> Any: ...
+             capacity: int | None = None) -> Any:
+        """Read the padded prompt (B, Lb); return the drafter's state (dstate)."""
+        raise NotImplementedError
 
     def propose(self, dparams, dstate, seq: jax.Array, length: jax.Array, key: jax.Array,
-                sp: SamplingParams, gamma: int) -> tuple[jax.Array, jax.Array, Any]: ...
+                sp: SamplingParams, gamma: int) -> tuple[jax.Array, jax.Array, Any]:
+        """γ drafts (B, γ) int32, the law each was drawn from (B, γ, V), and the new dstate."""
+        raise NotImplementedError
+
+    def draft_length(self, seq: jax.Array, length: jax.Array, gamma: int) -> jax.Array:
+        """How many of the γ drafts to verify this round, (B,) in 0..γ (default: all). Must
+        depend only on what the drafter knows before the target is consulted; with fewer, the
+        verify pass judges only those, and a round where no row proposes any is an ordinary
+        decode step over one token (speculative.target_pass). Set `varies_length` to use it."""
+        return jnp.full(seq.shape[:1], gamma, jnp.int32)
 
     def commit(self, dparams, dstate, hidden: jax.Array, emitted: jax.Array, start: jax.Array,
-               length: jax.Array) -> Any: ...
+               length: jax.Array) -> Any:
+        """See what the target saw after a round (its features, the tokens appended)."""
+        return dstate
 
 
 def take_rows(seq: jax.Array, start: jax.Array, width: int) -> jax.Array:
@@ -63,7 +73,7 @@ def take_rows(seq: jax.Array, start: jax.Array, width: int) -> jax.Array:
 
 
 @dataclass(frozen=True)
-class DraftModel:
+class DraftModel(Drafter):
     """A small separate language model sampled autoregressively γ times per round.
 
     Cache invariant: the draft's KV cache holds every committed token except the last two.
@@ -111,34 +121,6 @@ class DraftModel:
     def commit(self, dparams, cache, hidden, emitted, start, length) -> KVCache:
         return cache  # it re-reads the committed tail itself at the next propose
 
-    def propose_tree(self, dparams, cache, seq, length, key, sp, tree, top):
-        """Grow `tree` (trees/grow.py): one pass over [second-last, root, nodes] per depth.
-
-        Each pass sees the tree grown so far through the ancestor mask; nodes not yet filled
-        hold junk that no filled node can see. The cache comes back holding every committed
-        token; the tree's nodes lie beyond, in node order, until `commit_tree`.
-        """
-        grown = plant(seq, length, tree, self.cfg.vocab_size)
-        cache = rollback(cache, length - 2)
-        prev = take_rows(seq, length - 2, 1)  # (B, 1)
-        positions = jnp.concatenate([(length - 2)[:, None], tree_positions(length - 1, tree)], 1)
-        mask = prefixed_mask(tree, 1)  # (N+1, N+1)
-        written = cache
-        for d in range(1, tree.max_depth + 1):
-            logits, _, written = forward(self.graphdef, dparams, jnp.concatenate([prev, grown.tokens], 1),
-                                         positions, cache, block_mask=mask)
-            q_nodes = sampling_probs(logits[:, 1:], sp)  # (B, N, V): the law after each node
-            grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
-        return grown.tokens, grown.node_q, rollback(written, length)
-
-    def commit_tree(self, dparams, cache, hidden, emitted, start, length) -> KVCache:
-        """Re-read the emitted tokens (positions start+1..) over the tree's slots, then restore
-        the invariant: every committed token but the last two."""
-        W = emitted.shape[1]
-        positions = (start + 1)[:, None] + jnp.arange(W)  # (B, W)
-        _, _, cache = forward(self.graphdef, dparams, emitted, positions, rollback(cache, start + 1))
-        return rollback(cache, length - 2)
-
 
 def lookup(seq: jax.Array, length: jax.Array, gamma: int, max_ngram: int, min_ngram: int):
     """Prompt lookup for one row: find the earliest occurrence of the last n tokens (n =
@@ -175,7 +157,7 @@ def lookup(seq: jax.Array, length: jax.Array, gamma: int, max_ngram: int, min_ng
 
 
 @dataclass(frozen=True)
-class PromptLookup:
+class PromptLookup(Drafter):
     """Prompt lookup decoding (Saxena, 2023; vLLM's "ngram"): no second model at all.
 
     Drafts are copied from earlier in the row's own text, so they are deterministic: a point
@@ -199,16 +181,18 @@ class PromptLookup:
     def init(self, dparams, tokens, lengths, hidden=None, capacity=None):
         return ()  # stateless: the committed tokens are the whole index
 
-    def _lookup(self, seq, length, gamma):
+    @property
+    def varies_length(self) -> bool:
+        return self.skip_unmatched
+
+    def matches(self, seq, length, gamma):
+        """Every row's lookup: (drafts (B, γ), n-gram length matched (B,), 0 for none)."""
         return jax.vmap(lambda s, n: lookup(s, n, gamma, self.max_ngram, self.min_ngram))(seq, length)
 
     def propose(self, dparams, dstate, seq, length, key, sp, gamma):
-        drafts, _ = self._lookup(seq, length, gamma)  # (B, γ)
+        drafts, _ = self.matches(seq, length, gamma)  # (B, γ)
         return drafts, jax.nn.one_hot(drafts, self.vocab_size, dtype=jnp.float32), dstate
 
     def draft_length(self, seq, length, gamma):
-        _, matched = self._lookup(seq, length, gamma)  # the same lookup: XLA computes it once
+        _, matched = self.matches(seq, length, gamma)  # the same lookup: XLA computes it once
         return jnp.where((matched > 0) | (not self.skip_unmatched), gamma, 0).astype(jnp.int32)
-
-    def commit(self, dparams, dstate, hidden, emitted, start, length):
-        return dstate

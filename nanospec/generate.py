@@ -1,38 +1,40 @@
 """Autoregressive generation: prefill, then one cached decode step at a time — inside jit.
 
-Two drivers share one step (as in the gemma sampler):
+The baseline every speculative method must match in law and beat in time. `Decoder` is a loop
+(rounds.Loop) whose rounds draft nothing: `verify` is one decode step that samples a token
+from the target's p and computes the next p. So it has the same two drivers as speculation:
 
-- `generate`: a fused `lax.while_loop` over `decode_step` — fast; benchmarks and tests use it;
-- `stream`: a Python generator calling the jitted `decode_step` once per token and yielding
-  the new tokens — for printing as you go. Same key => same tokens as `generate`;
-- `decode_rounds`: the same steps, each yielded as a speculative round that drafted nothing
-  (a `StepTrace`: the target's law, the token drawn from it), so an autoregressive run can be
-  traced and replayed beside a speculative one.
+- `run`:    a fused `lax.while_loop` over decode steps — fast; benchmarks and tests use it;
+- `rounds`: one jitted step per token, each yielded as a speculative round that drafted
+            nothing (a `StepTrace`: the target's law, the token drawn from it), so an
+            autoregressive run can be traced and replayed beside a speculative one.
+
+`generate` is the one-call version; `stream` yields each step's new tokens as they come.
 
 Static vs traced (what recompiles): the model graph, batch size, prompt *bucket* and cache
-capacity (cache.capacity: what the run can reach, rounded up to a power of two) are static; prompt tokens, prompt lengths, max_new_tokens, the sampling params and
-the key are traced. Prompts are right-padded to a bucket (16, 32, 64, ...) so a new prompt
-length within a bucket reuses the compiled program. Pad slots sit past each row's length, so
-the cache never shows them to a query (see cache.py).
+capacity (cache.capacity: what the run can reach, rounded up to a power of two) are static;
+prompt tokens, prompt lengths, max_new_tokens, the sampling params and the key are traced.
+Prompts are right-padded to a bucket (16, 32, 64, ...) so a new prompt length within a bucket
+reuses the compiled program. Pad slots sit past each row's length, so the cache never shows
+them to a query (see cache.py).
 
 Stopping: a row stops after emitting <|endoftext|> (which it keeps as its last token), after
 `max_new_tokens`, or when its cache is full. Finished rows idle while others continue.
 """
 
-import time
-from functools import partial
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nanospec.aot import compiled
-from nanospec.cache import KVCache, init_cache, rollback, run_if
+from nanospec.cache import KVCache, rollback, run_if
 from nanospec.errors import UserError
 from nanospec.model import ModelConfig, forward
+from nanospec.rounds import TOP, Loop, at, generated, prefill_target
 from nanospec.sampling import SamplingParams, sample_rows, sampling_probs
-from nanospec.speculative import TOP, StepTrace, at
+from nanospec.speculative import StepTrace
 from nanospec.verify import Verdict
 
 
@@ -73,55 +75,7 @@ class DecodeState(NamedTuple):
     key: jax.Array  # the run's base key
 
 
-def prefill(graphdef, params, cfg: ModelConfig, tokens, lengths, key,
-            capacity: int | None = None) -> DecodeState:
-    """Run the padded prompt through the model once; return the state before the first token.
-
-    `capacity` (static): the cache's slots (cache.capacity; default: the whole context)."""
-    B, Lb = tokens.shape
-    S = capacity or cfg.n_ctx
-    cache = init_cache(cfg.n_layer, cfg.n_head, cfg.head_dim, B, S)
-    positions = jnp.broadcast_to(jnp.arange(Lb), (B, Lb))  # (B, Lb)
-    logits, _, cache = forward(graphdef, params, tokens, positions, cache)  # (B, Lb, V)
-    last = jnp.take_along_axis(logits, (lengths - 1)[:, None, None], axis=1)[:, 0]  # (B, V)
-    seq = jnp.zeros((B, S), jnp.int32).at[:, :Lb].set(tokens)
-    return DecodeState(seq, rollback(cache, lengths), last, jnp.zeros(B, jnp.int32),
-                       jnp.zeros(B, bool), jnp.int32(0), key)
-
-
-def decode_step(graphdef, params, cfg: ModelConfig, state: DecodeState, sp: SamplingParams,
-                max_new, eos_id: int) -> DecodeState:
-    """Sample one token per unfinished row, append it, and compute the next logits."""
-    return traced_decode_step(graphdef, params, cfg, state, sp, max_new, eos_id)[0]
-
-
-def traced_decode_step(graphdef, params, cfg: ModelConfig, state: DecodeState, sp: SamplingParams,
-                       max_new, eos_id: int) -> tuple[DecodeState, StepTrace]:
-    """`decode_step`, and what it did as a speculative round with no drafts: the target's law
-    p₁ at the one position and the token drawn from it (a "bonus" token, in the verify rule's
-    words). XLA drops the trace where nobody reads it, as in `decode_step`."""
-    B = state.seq.shape[0]
-    probs = sampling_probs(state.logits, sp)  # (B, V)
-    token = sample_rows(jax.random.fold_in(state.key, state.step), probs)  # (B,)
-    live = ~state.done
-    length = state.cache.length
-    rows = jnp.arange(B)
-    seq = state.seq.at[rows, length].set(jnp.where(live, token, state.seq[rows, length]))
-    n_new = state.n_new + live
-    done = state.done | (live & ((token == eos_id) | (n_new >= max_new) | (length + 1 >= cfg.n_ctx)))
-
-    def next_logits(carry):
-        logits, _, cache = forward(graphdef, params, token[:, None], length[:, None], carry[1])
-        return logits[:, 0], rollback(cache, jnp.where(live, length + 1, length))
-
-    # Skip the forward pass once every row is done (it would only be thrown away); `run_if`,
-    # not lax.cond, keeps the cache update in place (cache.py).
-    logits, cache = run_if(~jnp.all(done), next_logits, (state.logits, state.cache))
-    new_state = DecodeState(seq, cache, logits, n_new, done, state.step + 1, state.key)
-    return new_state, _as_round(live, length, token, probs)
-
-
-def _as_round(live, length, token, probs) -> StepTrace:
+def as_round(live, length, token, probs) -> StepTrace:
     """One decode step in the shape of a speculative round that drafted nothing (γ = 0)."""
     B = token.shape[0]
     none = lambda dtype, *shape: jnp.zeros((B, 0) + shape, dtype)
@@ -136,91 +90,74 @@ def _as_round(live, length, token, probs) -> StepTrace:
                      jnp.zeros(B, jnp.float32))
 
 
-def share_rows(state, batch: int):
-    """A batch-1 state repeated for `batch` identical rows (the leading axis of every array
-    leaf; scalars such as the key and the step count are shared as they are)."""
-    return jax.tree.map(lambda x: jnp.repeat(x, batch, axis=0) if x.ndim else x, state)
+@dataclass(frozen=True, kw_only=True)
+class Decoder(Loop):
+    """Autoregressive decoding as a loop of rounds with no drafts."""
 
+    graphdef: Any
+    cfg: ModelConfig
+    eos_id: int
+    capacity: int | None = None  # cache slots (cache.capacity); default: the whole context
+    shared: bool = False  # every row holds the same prompt: prefill it once
+    depth = 0  # no drafts: every round emits exactly one token ...
+    block = 1  # ... from a pass over one token
 
-@partial(jax.jit, static_argnames=("graphdef", "cfg", "eos_id", "capacity", "shared"))
-def _generate(graphdef, params, cfg, tokens, lengths, key, sp, max_new, eos_id, capacity=None,
-              shared=False):
-    """`shared`: every row holds the same prompt (many samples of one prompt), so the prompt
-    is run once and its state repeated — the prefill would otherwise cost 16 decode steps'
-    work per row."""
-    if shared:
-        state = share_rows(prefill(graphdef, params, cfg, tokens[:1], lengths[:1], key, capacity),
-                           tokens.shape[0])
-    else:
-        state = prefill(graphdef, params, cfg, tokens, lengths, key, capacity)
-    step = lambda s: decode_step(graphdef, params, cfg, s, sp, max_new, eos_id)
-    return jax.lax.while_loop(lambda s: ~jnp.all(s.done), step, state)
+    def check(self, lengths, max_new: int) -> None:
+        if max_new < 1:
+            raise UserError(f"max_new_tokens must be at least 1, got {max_new}.")
 
+    def prefill(self, params, dparams, tokens, lengths, key) -> DecodeState:
+        """Run the padded prompt through the model once; the state before the first token."""
+        B = tokens.shape[0]
+        logits, _, cache, seq = prefill_target(self.graphdef, params, self.cfg, tokens,
+                                               self.capacity or self.cfg.n_ctx)
+        last = jnp.take_along_axis(logits, (lengths - 1)[:, None, None], axis=1)[:, 0]  # (B, V)
+        return DecodeState(seq, rollback(cache, lengths), last, jnp.zeros(B, jnp.int32),
+                           jnp.zeros(B, bool), jnp.int32(0), key)
 
-_prefill_jit = jax.jit(prefill, static_argnames=("graphdef", "cfg", "capacity"))
-_step_jit = jax.jit(decode_step, static_argnames=("graphdef", "cfg", "eos_id"), donate_argnums=(3,))
-_traced_step_jit = jax.jit(traced_decode_step, static_argnames=("graphdef", "cfg", "eos_id"),
-                           donate_argnames=("state",))
+    def draft(self, dparams, state: DecodeState, sp: SamplingParams):
+        return (), state  # nothing to draft
 
+    def verify(self, params, dparams, state: DecodeState, drafted, sp: SamplingParams, max_new):
+        """One decode step: sample a token from p for every unfinished row, append it, and
+        compute the next p. Returns (state, the step as a round with no drafts)."""
+        B = state.seq.shape[0]
+        probs = sampling_probs(state.logits, sp)  # (B, V)
+        token = sample_rows(jax.random.fold_in(state.key, state.step), probs)  # (B,)
+        live = ~state.done
+        length = state.cache.length
+        rows = jnp.arange(B)
+        seq = state.seq.at[rows, length].set(jnp.where(live, token, state.seq[rows, length]))
+        n_new = state.n_new + live
+        done = state.done | (live & ((token == self.eos_id) | (n_new >= max_new)
+                                     | (length + 1 >= self.cfg.n_ctx)))
 
-def _check(max_new: int) -> None:
-    if max_new < 1:
-        raise UserError(f"max_new_tokens must be at least 1, got {max_new}.")
+        def next_logits(carry):
+            logits, _, cache = forward(self.graphdef, params, token[:, None], length[:, None], carry[1])
+            return logits[:, 0], rollback(cache, jnp.where(live, length + 1, length))
+
+        # Skip the forward pass once every row is done (it would only be thrown away); `run_if`,
+        # not lax.cond, keeps the cache update in place (cache.py).
+        logits, cache = run_if(~jnp.all(done), next_logits, (state.logits, state.cache))
+        new_state = DecodeState(seq, cache, logits, n_new, done, state.step + 1, state.key)
+        return new_state, as_round(live, length, token, probs)
+
+    @staticmethod
+    def counts(trace: StepTrace):
+        return trace.live, trace.n_draft, trace.verdict.n_accepted, trace.verdict.is_bonus
 
 
 def generate(graphdef, params, cfg: ModelConfig, tokens, lengths, key, sp: SamplingParams,
              max_new: int, eos_id: int):
-    """Fused driver. Returns (new_tokens list per row, final DecodeState)."""
-    _check(max_new)
-    state = _generate(graphdef, params, cfg, tokens, lengths, key, sp, jnp.int32(max_new), eos_id)
-    return new_tokens(state, lengths), state
+    """The fused driver in one call. Returns (new tokens per row, final DecodeState)."""
+    state, _ = Decoder(graphdef=graphdef, cfg=cfg, eos_id=eos_id).run(
+        params, (), tokens, lengths, key, sp, max_new)
+    return generated(state, lengths), state
 
 
 def stream(graphdef, params, cfg: ModelConfig, tokens, lengths, key, sp: SamplingParams,
            max_new: int, eos_id: int):
-    """Step-wise driver: yields (B,) arrays of new tokens (-1 for rows already finished)."""
-    _check(max_new)
-    state = _prefill_jit(graphdef, params, cfg, tokens, lengths, key)
-    max_new = jnp.int32(max_new)
-    while not bool(jnp.all(state.done)):
-        was_done = np.asarray(state.done)
-        pos = np.asarray(state.cache.length)
-        state = _step_jit(graphdef, params, cfg, state, sp, max_new, eos_id)
-        seq = np.asarray(state.seq)
-        yield np.where(was_done, -1, seq[np.arange(len(pos)), pos])
-
-
-def compile_decode_rounds(graphdef, params, cfg, tokens, lengths, key, sp: SamplingParams,
-                          eos_id: int, capacity: int | None = None):
-    """Compile `decode_rounds`' two programs ahead of time: ((prefill, step), seconds)."""
-    pre, s1 = compiled(_prefill_jit, dict(graphdef=graphdef, cfg=cfg, capacity=capacity),
-                       dict(params=params, tokens=tokens, lengths=lengths, key=key))
-    step, s2 = compiled(_traced_step_jit, dict(graphdef=graphdef, cfg=cfg, eos_id=eos_id),
-                        dict(params=params, state=pre.out_info, sp=sp,
-                             max_new=jax.ShapeDtypeStruct((), jnp.int32)))
-    return (pre, step), s1 + s2
-
-
-def decode_rounds(graphdef, params, cfg: ModelConfig, tokens, lengths, key, sp: SamplingParams,
-                  max_new: int, eos_id: int, capacity: int | None = None, programs=None):
-    """Step-wise driver for tracing: yields (StepTrace, DecodeState, timings) per token, with
-    the same tokens as `generate` for the same key (it runs the same `decode_step`)."""
-    _check(max_new)
-    if programs is None:
-        programs, _ = compile_decode_rounds(graphdef, params, cfg, tokens, lengths, key, sp,
-                                            eos_id, capacity)
-    pre, step = programs
-    state = pre(params=params, tokens=tokens, lengths=lengths, key=key)
-    max_new = jnp.int32(max_new)
-    while not bool(jnp.all(state.done)):
-        t0 = time.perf_counter()
-        state, trace = step(params=params, state=state, sp=sp, max_new=max_new)
-        jax.block_until_ready(state.seq)
-        yield trace, state, {"draft_s": 0.0, "verify_s": time.perf_counter() - t0}
-
-
-def new_tokens(state: DecodeState, lengths) -> list[list[int]]:
-    """The generated ids of each row (prompt stripped), as plain lists."""
-    seq, lengths, n_new = np.asarray(state.seq), np.asarray(lengths), np.asarray(state.n_new)
-    return [seq[b, lengths[b]:lengths[b] + n_new[b]].tolist() for b in range(len(lengths))]
-
+    """Step by step: yields (B,) arrays of each step's new token (-1 for rows already done)."""
+    decoder = Decoder(graphdef=graphdef, cfg=cfg, eos_id=eos_id)
+    for rnd in decoder.rounds(params, (), tokens, lengths, key, sp, max_new):
+        yield np.where(np.asarray(rnd.trace.live), np.asarray(rnd.trace.verdict.token), -1)

@@ -71,16 +71,16 @@ class ModelConfig:
         return cls(**d)
 
 
-def _linear(rngs, d_in, d_out, std=0.02):
+def linear(rngs, d_in, d_out, std=0.02):
     return nnx.Linear(d_in, d_out, kernel_init=nnx.initializers.normal(std), rngs=rngs)
 
 
 class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         self.cfg = cfg
-        self.c_attn = _linear(rngs, cfg.d_model, 3 * cfg.d_model)  # q, k, v in one matmul
+        self.c_attn = linear(rngs, cfg.d_model, 3 * cfg.d_model)  # q, k, v in one matmul
         # GPT-2 scales the init of residual projections by 1/sqrt(2 * n_layer).
-        self.c_proj = _linear(rngs, cfg.d_model, cfg.d_model, 0.02 / math.sqrt(2 * cfg.n_layer))
+        self.c_proj = linear(rngs, cfg.d_model, cfg.d_model, 0.02 / math.sqrt(2 * cfg.n_layer))
 
     def __call__(self, x, k_buf, v_buf, length, mask):
         B, T, C = x.shape
@@ -98,8 +98,8 @@ class Attention(nnx.Module):
 
 class MLP(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        self.c_fc = _linear(rngs, cfg.d_model, 4 * cfg.d_model)
-        self.c_proj = _linear(rngs, 4 * cfg.d_model, cfg.d_model, 0.02 / math.sqrt(2 * cfg.n_layer))
+        self.c_fc = linear(rngs, cfg.d_model, 4 * cfg.d_model)
+        self.c_proj = linear(rngs, 4 * cfg.d_model, cfg.d_model, 0.02 / math.sqrt(2 * cfg.n_layer))
 
     def __call__(self, x):
         return self.c_proj(jax.nn.gelu(self.c_fc(x), approximate=True))  # GPT-2's tanh GELU

@@ -49,7 +49,7 @@ SCHEMA = 2
 READS = (1, 2)  # schemas read_jsonl accepts
 
 
-def _top(tok, ids, probs) -> list:
+def top_list(tok, ids, probs) -> list:
     return [[int(i), tok.token_str(int(i)), round(float(p), 6)] for i, p in zip(ids, probs) if p > 0]
 
 
@@ -63,7 +63,7 @@ def run_start(tok, prompt: str, prompt_ids: list[int], method: str, gamma: int, 
 
 def events_from_step(trace, tok, round_idx: int, timings: dict | None = None) -> list[dict]:
     """One round's StepTrace (device arrays) -> its events, row by row, in reading order."""
-    t = _to_numpy(trace)
+    t = to_numpy(trace)
     v = t["verdict"]
     B = t["drafts"].shape[0]
     timings = timings or {}
@@ -79,9 +79,9 @@ def events_from_step(trace, tok, round_idx: int, timings: dict | None = None) ->
             x = int(t["drafts"][b, i])
             events.append({**head, "type": "draft", "index": i + 1, "position": start + i, "token": x,
                            "text": tok.token_str(x), "q": float(v["q_x"][b, i]),
-                           "q_top": _top(tok, t["q_top"][0][b, i], t["q_top"][1][b, i])})
+                           "q_top": top_list(tok, t["q_top"][0][b, i], t["q_top"][1][b, i])})
         events.append({**head, "type": "verify", "p": [float(x) for x in v["p_x"][b, :gamma]],
-                       "p_top": [_top(tok, t["p_top"][0][b, j], t["p_top"][1][b, j])
+                       "p_top": [top_list(tok, t["p_top"][0][b, j], t["p_top"][1][b, j])
                                  for j in range(gamma + 1)]})
         for i in range(gamma):
             x = int(t["drafts"][b, i])
@@ -99,7 +99,7 @@ def events_from_step(trace, tok, round_idx: int, timings: dict | None = None) ->
         else:
             extra.update(type="resample", residual=float(t["token_prob"][b]),
                          p=float(t["token_p"][b]), q=float(t["token_q"][b]))
-        extra["top"] = _top(tok, t["extra_top"][0][b], t["extra_top"][1][b])
+        extra["top"] = top_list(tok, t["extra_top"][0][b], t["extra_top"][1][b])
         events.append(extra)
         k = int(t["n_emitted"][b])
         emitted = [int(x) for x in t["emitted"][b, :k]]
@@ -118,7 +118,7 @@ def _upgrade(e: dict) -> dict:
     return {**e, "schema": SCHEMA}
 
 
-def _to_numpy(trace) -> dict:
+def to_numpy(trace) -> dict:
     d = {k: getattr(trace, k) for k in trace._fields}
     out = {}
     for k, x in d.items():

@@ -18,7 +18,9 @@ from nanospec.drafters import PromptLookup
 from nanospec.generate import generate, pad_prompts
 from nanospec.model import GPT, ModelConfig
 from nanospec.sampling import GREEDY, SamplingParams
-from nanospec.speculative import _fused, generated, speculative_rounds, state_metrics
+from nanospec.rounds import generated
+from nanospec.speculative import Speculator
+from nanospec.trace import metrics
 from nanospec.verify import verify_row
 from viz.playhead import Phase, Position, caption, chart, reveal, steps_of
 from viz.rounds import round_from_events
@@ -64,9 +66,9 @@ PROMPTS = [[1, 2, 1, 2, 9], [3, 4, 5, 3, 4, 5, 30]]
 def fused(target, sp, gamma=3, max_new=14, seed=0, drafter=None):
     cfg, g, p = target
     tokens, lengths = pad_prompts(PROMPTS, cfg.n_ctx)
-    state = _fused(g, p, cfg, drafter or PromptLookup(V), (), tokens, lengths,
-                   jax.random.key(seed), sp, jnp.int32(max_new), -1, gamma)
-    return generated(state, lengths), state
+    spec = Speculator(graphdef=g, cfg=cfg, drafter=drafter or PromptLookup(V), gamma=gamma, eos_id=-1)
+    state, stats = spec.run(p, (), tokens, lengths, jax.random.key(seed), sp, max_new)
+    return generated(state, lengths), state, stats
 
 
 @pytest.mark.parametrize("skip", [True, False])
@@ -74,7 +76,7 @@ def test_greedy_lookup_equals_greedy_autoregressive(target, skip):
     cfg, g, p = target
     tokens, lengths = pad_prompts(PROMPTS, cfg.n_ctx)
     ar, _ = generate(g, p, cfg, tokens, lengths, jax.random.key(0), GREEDY, 14, -1)
-    spec, _ = fused(target, GREEDY, drafter=PromptLookup(V, skip_unmatched=skip))
+    spec, *_ = fused(target, GREEDY, drafter=PromptLookup(V, skip_unmatched=skip))
     assert spec == ar
 
 
@@ -82,19 +84,20 @@ def test_drivers_agree_and_the_counters_match_the_trace(target):
     from nanospec.trace import events_from_step, summarize
 
     cfg, g, p = target
-    outs, state = fused(target, HOT, seed=3)
+    outs, state, stats = fused(target, HOT, seed=3)
     tokens, lengths = pad_prompts(PROMPTS, cfg.n_ctx)
-    steps = list(speculative_rounds(g, p, cfg, PromptLookup(V), (), tokens, lengths,
-                                    jax.random.key(3), HOT, 14, -1, 3))
-    assert generated(steps[-1][1], lengths) == outs
-    drafted = np.array([np.asarray(t.n_draft) * np.asarray(t.live) for t, _, _ in steps])  # (R, B)
+    spec = Speculator(graphdef=g, cfg=cfg, drafter=PromptLookup(V), gamma=3, eos_id=-1)
+    steps = list(spec.rounds(p, (), tokens, lengths, jax.random.key(3), HOT, 14))
+    assert generated(steps[-1].state, lengths) == outs
+    drafted = np.array([np.asarray(r.trace.n_draft) * np.asarray(r.trace.live) for r in steps])  # (R, B)
     assert np.all(drafted[0] == 0), "the first round has nothing to copy"
     assert set(np.unique(drafted)) == {0, 3}, "prompt lookup proposes all γ or nothing"
-    np.testing.assert_array_equal(np.asarray(state.drafted), drafted.sum(0))
-    events = [e for i, (t, _, _) in enumerate(steps) for e in events_from_step(t, _Tok(), i)]
-    assert summarize(events)["drafted"] == state_metrics(state)["drafted"] == drafted.sum()
-    assert state_metrics(state)["acceptance_rate"] == pytest.approx(
-        state_metrics(state)["accepted"] / drafted.sum())
+    np.testing.assert_array_equal(np.asarray(stats.drafted), drafted.sum(0))
+    np.testing.assert_array_equal(np.asarray(steps[-1].stats.drafted), drafted.sum(0))
+    events = [e for i, r in enumerate(steps) for e in events_from_step(r.trace, _Tok(), i)]
+    m = metrics(*stats.counters(state))
+    assert summarize(events)["drafted"] == m["drafted"] == drafted.sum()
+    assert m["acceptance_rate"] == pytest.approx(m["accepted"] / drafted.sum())
 
 
 class _Tok:  # events need token texts; any will do here
@@ -110,8 +113,8 @@ def test_a_zero_draft_round_replays(target):
 
     cfg, g, p = target
     tokens, lengths = pad_prompts(PROMPTS[:1], cfg.n_ctx)
-    trace, _, _ = next(speculative_rounds(g, p, cfg, PromptLookup(V), (), tokens, lengths,
-                                          jax.random.key(0), HOT, 8, -1, 3))
+    spec = Speculator(graphdef=g, cfg=cfg, drafter=PromptLookup(V), gamma=3, eos_id=-1)
+    trace = next(spec.rounds(p, (), tokens, lengths, jax.random.key(0), HOT, 8)).trace
     events = events_from_step(trace, _Tok(), 0)
     assert [e["type"] for e in events] == ["verify", "bonus", "round_end"]
     rnd = round_from_events(events)

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from nanospec.errors import UserError
-from nanospec.generate import _generate, _step_jit, bucket, generate, pad_prompts, stream
+from nanospec.aot import programs_compiled
+from nanospec.generate import bucket, generate, pad_prompts, stream
+from nanospec.rounds import _fused, _verify_jit
 from nanospec.model import forward
 from nanospec.sampling import GREEDY, SamplingParams
 
@@ -79,19 +81,21 @@ def test_samples_of_one_prompt_are_independent_draws(tiny_model):
 def test_no_recompile_within_a_bucket_or_across_steps_or_settings(tiny_model):
     cfg, g, p = tiny_model
     B = 5  # a batch size no other test uses, so this test owns its cache entries
-    before = _generate._cache_size()
+    before = _fused._cache_size()
     for n, sp, max_new in [(3, HOT, 4), (9, GREEDY, 7), (16, SamplingParams.make(0.7, 5, 0.9), 2)]:
         tokens, lengths = pad_prompts([list(range(1, n + 1))] * B, cfg.n_ctx)
         generate(g, p, cfg, tokens, lengths, jax.random.key(n), sp, max_new, -1)
-    assert _generate._cache_size() == before + 1  # three prompt lengths, one bucket (16)
+    assert _fused._cache_size() == before + 1  # three prompt lengths, one bucket (16)
     tokens, lengths = pad_prompts([list(range(1, 18))] * B, cfg.n_ctx)
     generate(g, p, cfg, tokens, lengths, jax.random.key(0), HOT, 2, -1)
-    assert _generate._cache_size() == before + 2  # 17 tokens: the next bucket (32)
+    assert _fused._cache_size() == before + 2  # 17 tokens: the next bucket (32)
 
-    step_before = _step_jit._cache_size()
+    step_before = programs_compiled(_verify_jit)
     for _ in stream(g, p, cfg, tokens, lengths, jax.random.key(0), HOT, 6, -1):
         pass
-    assert _step_jit._cache_size() == step_before + 1  # six decode steps, one program
+    for _ in stream(g, p, cfg, tokens, lengths, jax.random.key(1), GREEDY, 4, -1):
+        pass
+    assert programs_compiled(_verify_jit) == step_before + 1  # ten decode steps, one program
 
 
 def test_bad_prompts_are_user_errors(tiny_model):

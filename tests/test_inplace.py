@@ -16,9 +16,9 @@ import jax.numpy as jnp
 import pytest
 
 from nanospec.drafters import PromptLookup
-from nanospec.generate import _generate, pad_prompts
+from nanospec.generate import Decoder, pad_prompts
 from nanospec.sampling import GREEDY
-from nanospec.speculative import _fused
+from nanospec.speculative import Speculator
 
 
 def copies_in_loop(hlo: str, shapes: list[tuple[int, ...]]) -> int:
@@ -88,8 +88,9 @@ def test_run_if_branches_on_the_cache_without_copying(tiny_model):
 def test_autoregressive_loop_copies_no_cache(tiny_model):
     cfg, graphdef, params = tiny_model
     tokens, lengths = pad_prompts([[1, 2, 3]], cfg.n_ctx)
-    hlo = _generate.lower(graphdef, params, cfg, tokens, lengths, jax.random.key(0), GREEDY,
-                          jnp.int32(8), -1).compile().as_text()
+    program, _ = Decoder(graphdef=graphdef, cfg=cfg, eos_id=-1).program(
+        params, (), tokens, lengths, jax.random.key(0), GREEDY)
+    hlo = program.as_text()
     assert copies_in_loop(hlo, cache_shape(cfg)) == 0
 
 
@@ -99,8 +100,9 @@ def test_prompt_lookup_loop_copies_no_cache(tiny_model, skip_unmatched):
     cfg, graphdef, params = tiny_model
     tokens, lengths = pad_prompts([[1, 2, 3, 1, 2]], cfg.n_ctx)
     drafter = PromptLookup(cfg.vocab_size, skip_unmatched=skip_unmatched)
-    hlo = _fused.lower(graphdef, params, cfg, drafter, (), tokens, lengths, jax.random.key(0),
-                       GREEDY, jnp.int32(8), -1, 3).compile().as_text()
+    spec = Speculator(graphdef=graphdef, cfg=cfg, drafter=drafter, gamma=3, eos_id=-1)
+    program, _ = spec.program(params, (), tokens, lengths, jax.random.key(0), GREEDY)
+    hlo = program.as_text()
     assert copies_in_loop(hlo, cache_shape(cfg)) == 0
 
 
@@ -111,16 +113,17 @@ def test_every_drafters_loop_copies_no_cache(tiny_ckpt_dir, method):
     path's K/V into place every round."""
     from nanospec.decode import Bundle
     from nanospec.trees.tree import Tree
-    from nanospec.trees.loop import _fused_tree
+    from nanospec.trees.loop import TreeSpeculator
     bundle = Bundle.load(tiny_ckpt_dir, ("target", "draft", "medusa", "eagle", "mtp"))
     cfg, graphdef, params = bundle.models["target"]
     tokens, lengths = pad_prompts([[1, 2, 3, 1, 2]], cfg.n_ctx)
-    args = (graphdef, params, cfg, *bundle.drafter("draft" if method == "tree" else method),
-            tokens, lengths, jax.random.key(0), GREEDY, jnp.int32(8), -1)
-    program = (_fused_tree.lower(*args, Tree.from_branching((2, 1)), True) if method == "tree"
-               else _fused.lower(*args, 2))
+    drafter, dparams = bundle.drafter("draft" if method == "tree" else method)
+    fixed = dict(graphdef=graphdef, cfg=cfg, drafter=drafter, eos_id=-1)
+    spec = (TreeSpeculator(tree=Tree.from_branching((2, 1)), top=True, **fixed) if method == "tree"
+            else Speculator(gamma=2, **fixed))
+    program, _ = spec.program(params, dparams, tokens, lengths, jax.random.key(0), GREEDY)
     shapes = cache_shape(cfg) + cache_shape(bundle.models["draft"][0])
     if method == "eagle":
         head = bundle.drafter("eagle")[0].hc.block_config()
         shapes.append((1, head.n_ctx, head.n_head, head.head_dim))
-    assert copies_in_loop(program.compile().as_text(), shapes) == 0
+    assert copies_in_loop(program.as_text(), shapes) == 0

@@ -13,7 +13,8 @@ from nanospec.errors import UserError
 from nanospec.generate import pad_prompts
 from nanospec.model import GPT, ModelConfig
 from nanospec.sampling import SamplingParams
-from nanospec.speculative import generated, speculative_generate, speculative_rounds
+from nanospec.rounds import generated
+from nanospec.speculative import Speculator
 from nanospec.trace import (events_from_step, metrics, read_jsonl, run_end, run_start, summarize,
                             write_jsonl)
 
@@ -45,14 +46,13 @@ def run(tiny_tokenizer):
     tokens, lengths = pad_prompts([ids, ids], cfg.n_ctx)
     sp = SamplingParams.make(1.0)
     events = [run_start(tiny_tokenizer, prompt, ids, "draft", 3, 1.0, 0, 1.0, 0, "tiny", "d", 2)]
+    spec = Speculator(graphdef=g, cfg=cfg, drafter=DraftModel(dg, dcfg), gamma=3, eos_id=-1)
     last = None
-    for r, (trace, state, times) in enumerate(speculative_rounds(
-            g, p, cfg, DraftModel(dg, dcfg), dp, tokens, lengths, jax.random.key(0), sp, 10, -1, 3)):
-        events += events_from_step(trace, tiny_tokenizer, r, times)
-        last = state
+    for r, rnd in enumerate(spec.rounds(p, dp, tokens, lengths, jax.random.key(0), sp, 10)):
+        events += events_from_step(rnd.trace, tiny_tokenizer, r, rnd.seconds)
+        last = rnd.state
     events.append(run_end(events))
-    fused = speculative_generate(g, p, cfg, DraftModel(dg, dcfg), dp, tokens, lengths,
-                                 jax.random.key(0), sp, 10, -1, 3)
+    fused = spec.run(p, dp, tokens, lengths, jax.random.key(0), sp, 10)
     return events, last, fused, lengths
 
 
@@ -79,9 +79,9 @@ def test_events_are_json_and_carry_the_schema(run, tmp_path):
 
 
 def test_summary_matches_the_fused_drivers_counters(run):
-    events, stepwise, fused, lengths = run
+    events, stepwise, (fused, stats), lengths = run
     s = summarize(events)
-    hist = fused.hist.sum(0).tolist()
+    hist = stats.hist.sum(0).tolist()
     assert s["acceptance_histogram"] == hist
     assert s["generated_tokens"] == sum(len(o) for o in generated(fused, lengths))
     assert events[-1]["summary"]["rounds"] == s["rounds"] == sum(hist)

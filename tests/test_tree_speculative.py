@@ -11,13 +11,24 @@ from nanospec.errors import UserError
 from nanospec.generate import generate, pad_prompts
 from nanospec.model import forward
 from nanospec.sampling import GREEDY, SamplingParams
-from nanospec.speculative import generated, speculative_generate
+from nanospec.rounds import _fused, generated
+from nanospec.speculative import Speculator
+from nanospec.trees.loop import TreeSpeculator
 from nanospec.trees.tree import Tree
-from nanospec.speculative import prefill
-from nanospec.trees.loop import _fused_tree, check_tree, tree_draft_phase, tree_generate
 from tests.statistical.laws import PROMPT, PROMPT_B, tiny_drafters, tiny_pair
 
 PROMPTS = [PROMPT, PROMPT_B, [2, 2, 2, 1]]
+
+
+def tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, key, sp, max_new, eos_id, tree,
+                  top):
+    """The fused tree loop's (state, stats)."""
+    spec = TreeSpeculator(graphdef=g, cfg=cfg, drafter=drafter, tree=tree, top=top, eos_id=eos_id)
+    return spec.run(p, dparams, tokens, lengths, key, sp, max_new)
+
+
+def check_tree(cfg, drafter, lengths, max_new, tree):
+    TreeSpeculator(graphdef=None, cfg=cfg, drafter=drafter, tree=tree, eos_id=-1).check(lengths, max_new)
 M = 6  # the tiny models hold 16 tokens: a 7-node tree needs 7 free slots per round
 
 
@@ -35,12 +46,12 @@ def test_a_chain_shaped_tree_is_the_chain(setup, name):
     """Greedy, so both are deterministic: same tokens AND the same acceptance histogram."""
     (cfg, g, p), drafters, tokens, lengths = setup
     drafter, dparams = drafters[name]
-    chain = speculative_generate(g, p, cfg, drafter, dparams, tokens, lengths,
-                                 jax.random.key(0), GREEDY, M, -1, 3)
-    tree = tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(0),
-                         GREEDY, M, -1, Tree.chain(3), True)
+    chain, chain_stats = Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=3, eos_id=-1).run(
+        p, dparams, tokens, lengths, jax.random.key(0), GREEDY, M)
+    tree, tree_stats = tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(0),
+                                     GREEDY, M, -1, Tree.chain(3), True)
     assert generated(tree, lengths) == generated(chain, lengths)
-    np.testing.assert_array_equal(tree.hist, chain.hist)
+    np.testing.assert_array_equal(tree_stats.hist, chain_stats.hist)
 
 
 @pytest.mark.parametrize("widths", [(2, 2), (2, 1, 1)])
@@ -50,8 +61,8 @@ def test_greedy_trees_reproduce_the_target(setup, name, widths, top):
     (cfg, g, p), drafters, tokens, lengths = setup
     drafter, dparams = drafters[name]
     ar, _ = generate(g, p, cfg, tokens, lengths, jax.random.key(0), GREEDY, M, -1)
-    state = tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(1),
-                          GREEDY, M, -1, Tree.from_branching(widths), top)
+    state, _ = tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(1),
+                             GREEDY, M, -1, Tree.from_branching(widths), top)
     assert generated(state, lengths) == ar
 
 
@@ -64,9 +75,9 @@ def test_only_the_accepted_path_survives_in_the_cache(setup):
     every row clear of that.)"""
     (cfg, g, p), drafters, tokens, lengths = setup
     drafter, dparams = drafters["draft"]
-    state = tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(3),
-                          SamplingParams.make(1.0), M, -1, Tree.from_branching((3, 1)), False)
-    assert int(jnp.sum(state.hist[:, 1:])) > 0  # some rounds did accept tree nodes
+    state, stats = tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(3),
+                                 SamplingParams.make(1.0), M, -1, Tree.from_branching((3, 1)), False)
+    assert int(jnp.sum(stats.hist[:, 1:])) > 0  # some rounds did accept tree nodes
     for b in range(len(PROMPTS)):
         n = int(state.cache.length[b])
         assert n == int(state.length[b]) - 1
@@ -83,10 +94,10 @@ def test_changing_the_temperature_does_not_recompile(setup):
     run = lambda t: tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(0),
                                   SamplingParams.make(t), M, -1, tree, True)
     run(1.0)
-    before = _fused_tree._cache_size()
+    before = _fused._cache_size()
     run(0.5)
     run(0.0)
-    assert _fused_tree._cache_size() == before
+    assert _fused._cache_size() == before
 
 
 def test_trees_refuse_what_they_cannot_do(setup):
@@ -108,8 +119,9 @@ def test_top_k_siblings_are_the_drafters_real_guesses_whatever_the_sampling(setu
     (cfg, g, p), drafters, tokens, lengths = setup
     drafter, dparams = drafters[name]
     tree = Tree.from_branching((3, 1))
-    state = prefill(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(0), 2)
-    grown = {t: tree_draft_phase(drafter, dparams, state, sp, tree, True)[0].tokens
+    spec = TreeSpeculator(graphdef=g, cfg=cfg, drafter=drafter, tree=tree, top=True, eos_id=-1)
+    state = spec.prefill(p, dparams, tokens, lengths, jax.random.key(0))
+    grown = {t: spec.draft(dparams, state, sp)[0].tokens
              for t, sp in (("greedy", GREEDY), ("T1", SamplingParams.make(1.0)),
                            ("cut", SamplingParams.make(0.7, 1, 1.0)))}
     np.testing.assert_array_equal(grown["greedy"], grown["T1"])

@@ -8,15 +8,14 @@ up). JAX never runs on the UI thread, so while the first run compiles the screen
 and says "compiling…". Replay mode never imports JAX at all.
 
 What this file deliberately leaves out: drawing (the widget files), the rules of the animation
-(playhead.py) and running the model (recorder.py, live.py); it wires keys and timers to them.
+(playhead.py), running the model (recorder.py, live.py) and what each key does (demo_keys.py,
+mixed in); it wires the timer, the recorder's messages and the widgets together.
 """
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from textual.app import App, ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.reactive import reactive
 from textual.widgets import Static
@@ -24,53 +23,31 @@ from textual.widgets import Static
 from nanospec.errors import UserError
 from nanospec.trace import summarize
 from viz.charts import ProbCharts
+from viz.demo_keys import KEYS, KeyActions
 from viz.draw import LEGEND
-from viz.help_screen import HelpScreen
 from viz.key_bar import KeyBar
-from viz.playhead import (Phase, Position, at_phase, back, chart, forward, next_round, prev_round,
-                          reveal)
+from viz.playhead import Phase, Position, at_phase, chart, forward, reveal
 from viz.recorder import Recorder
 from viz.round_table import RoundTable, waiting_text
-from viz.rounds import Recording, round_from_events, save_recording
+from viz.rounds import Recording, round_from_events
 from viz.settings import Settings
-from viz.settings_screen import SettingsScreen
 from viz.stats_panel import StatsPanel
 from viz.status_bar import Status, StatusBar
 from viz.text_panel import TextPanel
 from viz.timeline import Timeline
+from viz.toasts import Toasts
 
-SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 STEP_SECONDS = 0.7  # how long a step stays on screen at ×1 (the extra token and the commit: twice)
 TICK = 0.1  # the timer that plays steps and turns the spinner
-LIVE_ONLY = ("edit", "gamma", "greedy", "method")  # actions that start a new live run
 
 
-class DemoApp(App):
+class DemoApp(KeyActions, Toasts, App):
     CSS_PATH = "demo.tcss"
     TITLE = "nanospec demo"
     ENABLE_COMMAND_PALETTE = False
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (34, "-tall")]
-    BINDINGS = [  # the key bar lists the shown ones, in this order
-        Binding("space", "toggle_play", "play/pause"),
-        Binding("right", "step(1)", "step", key_display="→"),
-        Binding("left", "step(-1)", "back", key_display="←"),
-        Binding("right_square_bracket", "round(1)", "round", key_display="[ ]"),
-        Binding("left_square_bracket", "round(-1)", "previous round", show=False),
-        Binding("down", "cursor(1)", "position", key_display="↑↓"),
-        Binding("up", "cursor(-1)", "position up", show=False),
-        Binding("plus,equals_sign", "speed(1)", "speed", key_display="+ -"),
-        Binding("minus", "speed(-1)", "slower", show=False),
-        Binding("r", "restart", "restart"),
-        Binding("e", "edit", "edit"),
-        Binding("1", "gamma(1)", "γ", key_display="1-9"),
-        *[Binding(str(n), f"gamma({n})", f"γ={n}", show=False) for n in range(2, 10)],
-        Binding("g", "greedy", "greedy"),
-        Binding("m", "method", "method"),
-        Binding("w", "save", "save"),
-        Binding("question_mark", "help", "help", key_display="?"),
-        Binding("q", "quit", "quit"),
-    ]
+    BINDINGS = KEYS  # the key bar lists the shown ones, in this order
 
     pos: reactive[Position | None] = reactive(None)  # the step on screen; None before any round
     playing: reactive[bool] = reactive(False)
@@ -92,7 +69,6 @@ class DemoApp(App):
         self.next_at = 0.0  # when the playing animation takes its next step
         self.last_temperature = 1.0  # what the greedy toggle returns to
         self.asked_gamma = settings.gamma if settings else 0  # γ before a method had to shrink it
-        self.toasts: dict[str, float] = {}  # message -> when it was last shown (no stacking)
 
     @property
     def live(self) -> bool:
@@ -283,112 +259,3 @@ class DemoApp(App):
         self.error = error
         self.say(error, severity="error")
         self._redraw()
-
-    def say(self, message: str, severity: str = "information") -> None:
-        """A toast, unless the same one is still on screen (a repeated key does not stack them)."""
-        now = time.monotonic()
-        if now - self.toasts.get(message, -1e9) < self.NOTIFICATION_TIMEOUT:
-            return
-        self.toasts[message] = now
-        self.notify(message, title="nanospec", severity=severity)
-
-    # ---------------------------------------------------------------- key actions
-
-    def check_action(self, action: str, parameters) -> bool | None:
-        """While a dialog is open it has the keys: the demo's own keys (but quit) are off, and
-        Textual's own actions (Tab and Shift+Tab move the focus) work as anywhere else."""
-        if isinstance(self.screen, (SettingsScreen, HelpScreen)):
-            ours = {b.action.split("(")[0] for b in self.BINDINGS}
-            return None if action in ours and action != "quit" else True
-        return True
-
-    def key_enabled(self, action: str) -> bool:
-        """False for keys that change settings when there is no model (a replay): drawn grey."""
-        return self.live or action.split("(")[0] not in LIVE_ONLY
-
-    def action_toggle_play(self) -> None:
-        if not self.playing and self.pos and self.done and forward(self.pos, self.rounds) is None:
-            self.pos = Position()  # at the end, play starts over
-        self.playing = not self.playing
-
-    def _move(self, nxt: Position | None) -> None:
-        self.playing = False
-        if nxt is None:
-            self.bell()
-        else:
-            self.pos = nxt
-
-    def action_step(self, delta: int) -> None:
-        if self.pos is None:
-            self._move(Position() if self.rounds else None)
-        else:
-            self._move((forward if delta > 0 else back)(self.pos, self.rounds))
-
-    def action_round(self, delta: int) -> None:
-        if self.pos is not None:
-            self._move((next_round if delta > 0 else prev_round)(self.pos, self.rounds))
-
-    def action_cursor(self, delta: int) -> None:
-        frame = self._frame()
-        if frame is not None:
-            self.cursor = ((self.cursor or frame.focus) - 1 + delta) % len(frame.slots) + 1
-
-    def action_speed(self, delta: int) -> None:
-        i = max(0, min(len(SPEEDS) - 1, SPEEDS.index(self.speed) + delta))
-        self.speed = SPEEDS[i]
-
-    def action_restart(self) -> None:
-        self.pos = Position() if self.rounds else None
-        self.cursor = None
-        self.playing = True
-
-    def _live_only(self) -> bool:
-        if not self.live:
-            self.say("This is a replay: the trace fixes its settings. Run `nanospec demo` "
-                     "live to change them.", severity="warning")
-        return self.live
-
-    def action_help(self) -> None:
-        self.push_screen(HelpScreen())
-
-    def action_edit(self) -> None:
-        if self._live_only():
-            dialog = SettingsScreen(self.settings, self.recorder.methods, self.recorder.check)
-            self.push_screen(dialog, lambda s: s is not None and self._asked(s))
-
-    def _asked(self, settings: Settings) -> bool:
-        """A run with settings the viewer typed: its γ is the one to come back to."""
-        if self.start_run(settings):
-            self.asked_gamma = settings.gamma
-            return True
-        return False
-
-    def _change(self, **fields) -> None:
-        if self._live_only():
-            self.start_run(replace(self.settings, **fields))
-
-    def action_gamma(self, gamma: int) -> None:
-        if self._live_only():
-            self._asked(replace(self.settings, gamma=gamma))
-
-    def action_greedy(self) -> None:
-        if self._live_only():
-            t = self.settings.temperature
-            self._change(temperature=0.0 if t > 0 else self.last_temperature)
-
-    def action_method(self) -> None:
-        if self._live_only():
-            methods = self.recorder.methods
-            if len(methods) == 1:
-                self.say(f"{methods[0]!r} is the only drafting method so far.")
-            else:  # heads draft at most one token per head: γ shrinks to fit, and grows back
-                method = methods[(methods.index(self.settings.method) + 1) % len(methods)]
-                self._change(method=method, gamma=self.recorder.fit_gamma(method, self.asked_gamma))
-
-    def action_save(self) -> None:
-        if not self.done:
-            self.say("The run is still recording; save it when it has finished.",
-                     severity="warning")
-            return
-        path = save_recording(self.recording, self.save_dir)
-        self.say(f"Saved the trace to {path} (replay it with nanospec demo --replay {path}).")

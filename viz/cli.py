@@ -114,7 +114,8 @@ def build_race(args):
     """The RaceApp: ar against --method, loading only the models those two need."""
     from dataclasses import replace
 
-    from nanospec.decode import Bundle, check_gamma, needs
+    from nanospec.decode import Bundle, needs
+    from nanospec.speculative import check_gamma
     from viz.race import RaceApp
 
     settings = live_settings(args)
@@ -122,7 +123,7 @@ def build_race(args):
     bundle = Bundle.load(args.checkpoints, needs(settings.method))
     drafter, _ = bundle.drafter(settings.method)
     if args.gamma is None:  # the default γ shrinks to what heads can draft; a given one is checked
-        most = getattr(drafter, "max_gamma", settings.gamma)
+        most = drafter.max_gamma or settings.gamma
         settings = replace(settings, gamma=min(settings.gamma, most))
     check_gamma(drafter, settings.gamma)
     return RaceApp(bundle, settings, autoplay=args.screenshot is None)

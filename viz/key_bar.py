@@ -2,7 +2,7 @@
 
 Textual's stock Footer keeps to one line and scrolls the rest out of sight; an 80-column
 terminal would hide half the controls. This bar lists the app's shown BINDINGS (so the keys
-are written down once, in app.py) and greys the ones the current mode cannot use.
+are written down once, in demo_keys.py or race.py) and greys the ones the current mode cannot use.
 """
 
 from rich.text import Text

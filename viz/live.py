@@ -4,8 +4,9 @@ The app calls `LiveRun.compile()` and then `LiveRun.rounds()` from a Textual *th
 so JAX never runs on the UI thread; everything else here is cheap Python the UI thread may call
 (settings checks, the run_start event). Compiling comes first and on its own (nanospec/aot.py),
 so the UI can say "compiling…" while it happens and round 1's times are a round's, not XLA's.
-The loop itself is nanospec's step-wise driver, `speculative_rounds` (or, for method "ar",
-`decode_rounds`: one round per token, no drafts), and each round becomes events with
+The loop itself is nanospec's step-wise driver, `rounds()` of the loop `decode.make_loop`
+builds (for method "ar" a Decoder: one round per token, no drafts), and each round becomes
+events with
 `events_from_step` — exactly what `nanospec generate --trace` records, so a live run and its
 saved trace replay identically.
 
@@ -18,15 +19,15 @@ What this file deliberately leaves out: batches (the demo follows one sequence).
 """
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import jax
 
 from nanospec.cache import capacity
-from nanospec.decode import METHODS, Bundle, check_gamma
+from nanospec.decode import METHODS, Bundle, make_loop
 from nanospec.errors import UserError
-from nanospec.generate import bucket, compile_decode_rounds, decode_rounds, pad_prompts
+from nanospec.generate import bucket, pad_prompts
 from nanospec.sampling import SamplingParams
-from nanospec.speculative import check_room, compile_rounds, speculative_rounds
 from nanospec.trace import compile_event, events_from_step, run_start
 from viz.settings import Settings
 
@@ -44,11 +45,11 @@ class LiveRun:
         self.bundle, self.settings = bundle, settings
         self.cfg = bundle.models["target"][0]
         self.prompt_ids = bundle.tok.encode_prompt(settings.prompt)
-        check_room(self.cfg, [len(self.prompt_ids)], settings.max_new, settings.gamma)
         self.autoregressive = settings.method == "ar"
-        self.drafter, self.dparams = (None, ()) if self.autoregressive else bundle.drafter(settings.method)
-        if not self.autoregressive:
-            check_gamma(self.drafter, settings.gamma)
+        loop, self.dparams = make_loop(bundle, settings.method, settings.gamma)
+        loop.check([len(self.prompt_ids)], settings.max_new)
+        self.loop = replace(loop, capacity=self._capacity)
+        self.drafter = None if self.autoregressive else loop.drafter
         self.programs = None  # compile() fills it in
 
     @property
@@ -79,16 +80,9 @@ class LiveRun:
     def compile(self) -> dict:
         """Compile this run's programs (or find them compiled: 0 s); returns the `compile`
         event. Runs JAX: call from a worker thread, before `rounds`."""
-        _, graphdef, params = self.bundle.models["target"]
         tokens, lengths, key, sp = self._inputs()
-        eos, s = self.bundle.tok.eos_id, self.settings
-        if self.autoregressive:
-            self.programs, seconds = compile_decode_rounds(graphdef, params, self.cfg, tokens,
-                                                           lengths, key, sp, eos, self._capacity)
-        else:
-            self.programs, seconds = compile_rounds(graphdef, params, self.cfg, self.drafter,
-                                                    self.dparams, tokens, lengths, key, sp, eos,
-                                                    s.gamma, self._capacity)
+        self.programs, seconds = self.loop.compile(self.bundle.models["target"][2], self.dparams,
+                                                   tokens, lengths, key, sp)
         return compile_event(seconds)
 
     def rounds(self) -> Iterator[list[dict]]:
@@ -96,15 +90,8 @@ class LiveRun:
         (it compiles first if `compile` was not called)."""
         if self.programs is None:
             self.compile()
-        s, tok = self.settings, self.bundle.tok
-        _, graphdef, params = self.bundle.models["target"]
         tokens, lengths, key, sp = self._inputs()
-        if self.autoregressive:
-            steps = decode_rounds(graphdef, params, self.cfg, tokens, lengths, key, sp, s.max_new,
-                                  tok.eos_id, self._capacity, self.programs)
-        else:
-            steps = speculative_rounds(graphdef, params, self.cfg, self.drafter, self.dparams,
-                                       tokens, lengths, key, sp, s.max_new, tok.eos_id, s.gamma,
-                                       self._capacity, self.programs)
-        for r, (trace, _, times) in enumerate(steps):
-            yield events_from_step(trace, tok, r, times)
+        steps = self.loop.rounds(self.bundle.models["target"][2], self.dparams, tokens, lengths,
+                                 key, sp, self.settings.max_new, self.programs)
+        for r, rnd in enumerate(steps):
+            yield events_from_step(rnd.trace, self.bundle.tok, r, rnd.seconds)

@@ -9,39 +9,22 @@ side, the text growing in both panes at the speed each really runs.
      (at the finish:) speedup ×2.10 = ar 0.30 s ÷ draft 0.14 s, end to end (median of 3, untraced)
                       tokens per target call: ar 1.00 · draft 3.56
 
-Honesty first: run at the same time, the two would fight for the same CPU cores, and the slower
-one would look slower than it is. So a thread worker (JAX never runs on the UI thread) compiles
-both programs and warms each up, then works on one method at a time, alone:
-
-1. the step-wise loop (what `nanospec generate --trace` runs) gives the rounds: which tokens
-   each emitted and how long each took (draft_ms + verify_ms, synced with block_until_ready);
-2. the fused loop without any trace (what `generate` and `bench` time) gives the run's real
-   end-to-end time, prefill included: the median of REPEATS runs. Computing a round's trace
-   (the top tokens of p and q at every position) costs the step-wise verify pass several times
-   a plain one, so the traced times alone would make speculation look slower than it is.
-
-The round times are then scaled to sum to the untraced total, and both panes replay them on
-one clock, a round's tokens appearing when its cumulative time has passed:
-
-    >>> lane = Lane("ar", "autoregressive", ends=[0.1, 0.2, 0.3], tokens=[[5], [6], [7]])
-    >>> lane.shown(0.25), lane.total_s
-    (2, 0.3)
-
-A race of a fraction of a second opens in slow motion (`watchable`): one clock, so every ratio
-is kept. What this file deliberately leaves out: batches, token trees, and changing settings
-(quit and run again).
+Each run is timed alone, untraced end to end, and both panes replay those times on one clock,
+a round's tokens appearing when its measured time has passed (how, and why that is honest:
+race_timing.py; each pane: race_pane.py). A race of a fraction of a second opens in slow
+motion (`watchable`): one clock, so every ratio is kept. What this file deliberately leaves out:
+batches, token trees, and changing settings (quit and run again).
 """
 
 import threading
 import time
-from bisect import bisect_right
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Container, Vertical, VerticalScroll
+from textual.containers import Container
 from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Static
@@ -50,56 +33,16 @@ from textual.worker import get_current_worker
 from nanospec.errors import UserError
 from viz.key_bar import KeyBar
 from viz.live import LiveRun
+from viz.race_pane import RacePane, counter
+from viz.race_timing import Lane, round_time, untraced_seconds, verdict, warm_up
 from viz.settings import Settings
+from viz.speeds import SPEED_KEYS, SPEEDS, speed_text, step_speed
 from viz.status_bar import SPINNER, settings_text
+from viz.toasts import Toasts
 
-SPEEDS = tuple(2.0 ** k for k in range(-6, 5))  # ×1/64 … ×16 of real time
 WATCHABLE_S = 8.0  # a race opens in slow motion, slowed (by powers of 2) to last at least this
 TICK = 0.05  # the timer that moves the clock and turns the spinner
-WARM_UP_ROUNDS = 2  # untimed rounds per method before timing (prefill, draft, verify all run once)
 NOTE = "Each run was timed alone, untraced; the panes replay those times on one clock."
-REPEATS = 3  # untraced runs per method; the race uses their median
-
-
-@dataclass
-class Lane:
-    """One method's timed run: when each round ended (seconds from the first round's start)
-    and the token ids it emitted."""
-
-    method: str
-    label: str  # "autoregressive" or "speculative γ=4"
-    ends: list[float] = field(default_factory=list)
-    tokens: list[list[int]] = field(default_factory=list)
-
-    def add(self, seconds: float, emitted: list[int]) -> None:
-        self.ends.append((self.ends[-1] if self.ends else 0.0) + seconds)
-        self.tokens.append(emitted)
-
-    def scale_to(self, total: float) -> None:
-        """Stretch the round times to sum to `total`, keeping their proportions.
-
-        >>> lane = Lane("ar", "", ends=[1.0, 4.0], tokens=[[5], [6]]); lane.scale_to(2.0)
-        >>> lane.ends
-        [0.5, 2.0]
-        """
-        if self.total_s > 0:
-            self.ends = [t * total / self.total_s for t in self.ends]
-
-    @property
-    def total_s(self) -> float:
-        return self.ends[-1] if self.ends else 0.0
-
-    def shown(self, clock: float) -> int:
-        """How many rounds have finished `clock` seconds into the race."""
-        return bisect_right(self.ends, clock)
-
-    @property
-    def rounds(self) -> int:
-        return len(self.ends)
-
-    def ids(self, rounds: int | None = None) -> list[int]:
-        """The ids emitted by the first `rounds` rounds (default: all)."""
-        return [t for r in self.tokens[:rounds] for t in r]
 
 
 def watchable(seconds: float) -> float:
@@ -113,85 +56,7 @@ def watchable(seconds: float) -> float:
     return max(fitting, default=SPEEDS[0])
 
 
-def speed_text(speed: float) -> str:
-    """The speed as the status bar writes it.
-
-    >>> speed_text(0.25), speed_text(4.0)
-    ('×1/4', '×4')
-    """
-    return f"×{speed:g}" if speed >= 1 else f"×1/{1 / speed:g}"
-
-
-def counter(calls: int, tokens: int, seconds: float) -> str:
-    """
-    >>> counter(4, 14, 0.0512)
-    'target calls 4 · tokens 14 · 0.05 s'
-    """
-    return f"target calls {calls} · tokens {tokens} · {seconds:.2f} s"
-
-
-def verdict(ar: Lane, spec: Lane) -> str:
-    """The race's result in two lines: the measured speedup, then each one's tokens per call.
-
-    >>> print(verdict(Lane("ar", "", [0.2], [[1, 2]]), Lane("draft", "", [0.1], [[1, 2]])))
-    speedup ×2.00 = ar 0.20 s ÷ draft 0.10 s, end to end (median of 3, untraced)
-    tokens per target call: ar 2.00 · draft 2.00
-    """
-    speedup = ar.total_s / max(spec.total_s, 1e-9)
-    per_call = " · ".join(f"{lane.method} {len(lane.ids()) / max(lane.rounds, 1):.2f}"
-                          for lane in (ar, spec))
-    slower = " · slower than ar here" if speedup < 1 else ""
-    return (f"speedup ×{speedup:.2f} = ar {ar.total_s:.2f} s ÷ {spec.method} {spec.total_s:.2f} s, "
-            f"end to end (median of {REPEATS}, untraced)\ntokens per target call: {per_call}{slower}")
-
-
-def untraced_seconds(run: LiveRun) -> float:
-    """The run end to end (prefill included) in the loop `nanospec generate` and `bench` use,
-    with no trace computed: the median of REPEATS runs, after one warm-up. Same seed, same
-    tokens as the traced run (decode.py), so the panes' text is this run's text."""
-    from nanospec.decode import decode
-    s = run.settings
-
-    def once() -> float:
-        result = decode(run.bundle, s.prompt, method=s.method, gamma=s.gamma,
-                        temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed,
-                        max_new=s.max_new)
-        return result.stats["generate_seconds"]
-
-    once()
-    return sorted(once() for _ in range(REPEATS))[REPEATS // 2]
-
-
-def round_time(events: list[dict]) -> tuple[float, list[int]]:
-    """A round's measured seconds and emitted ids, from its round_end event (one row: row 0)."""
-    end = next(e for e in events if e["type"] == "round_end")
-    return (end["draft_ms"] + end["verify_ms"]) / 1e3, end["emitted"]
-
-
-class RacePane(Vertical):
-    """One method: the prompt and its text so far (scrolled to the end), and its counter line."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.text = self.count = ""  # the generated text on screen (no prompt), the counter line
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll():
-            yield Static(classes="body")
-        yield Static(classes="counter")
-
-    def show(self, prompt: str, text: str, count: str) -> None:
-        """Draw `text` after the prompt, and the counter line (only when either changed)."""
-        if (text, count) == (self.text, self.count):
-            return
-        self.text, self.count = text, count
-        self.query_one(".body", Static).update(Text.assemble((prompt, "bold"), text))
-        self.query_one(".counter", Static).update(count)
-        scroll = self.query_one(VerticalScroll)
-        scroll.call_after_refresh(scroll.scroll_end, animate=False)
-
-
-class RaceApp(App):
+class RaceApp(Toasts, App):
     CSS_PATH = "race.tcss"
     TITLE = "nanospec demo --race"
     ENABLE_COMMAND_PALETTE = False
@@ -199,8 +64,7 @@ class RaceApp(App):
     BINDINGS = [  # the key bar lists them in this order
         Binding("space", "toggle_play", "play/pause"),
         Binding("r", "restart", "restart"),
-        Binding("plus,equals_sign", "speed(1)", "speed", key_display="+ -"),
-        Binding("minus", "speed(-1)", "slower", show=False),
+        *SPEED_KEYS,
         Binding("q", "quit", "quit"),
     ]
 
@@ -277,11 +141,7 @@ class RaceApp(App):
             self.in_flight += 1
         try:
             for run in self.runs:
-                run.compile()
-                warm_up = run.rounds()
-                for _ in zip(range(WARM_UP_ROUNDS), warm_up):
-                    pass
-                warm_up.close()
+                warm_up(run)
             for i, run in enumerate(self.runs):
                 self.post_message(self.Timing(i))
                 for events in run.rounds():
@@ -313,7 +173,7 @@ class RaceApp(App):
 
     def on_race_app_failed(self, message: Failed) -> None:
         self.error = message.error
-        self.notify(message.error, title="nanospec", severity="error")
+        self.say(message.error, severity="error")
         self._redraw()
 
     # ---------------------------------------------------------------- the clock and drawing
@@ -415,5 +275,4 @@ class RaceApp(App):
             self._redraw()
 
     def action_speed(self, delta: int) -> None:
-        i = max(0, min(len(SPEEDS) - 1, SPEEDS.index(self.speed) + delta))
-        self.speed = SPEEDS[i]
+        self.speed = step_speed(self.speed, delta)

@@ -67,7 +67,7 @@ class Recorder(Widget):
     def fit_gamma(self, method: str, gamma: int) -> int:
         """γ, lowered to what the method can draft per round (Medusa and MTP: one per head)."""
         drafter, _ = self.bundle.drafter(method)
-        return min(gamma, getattr(drafter, "max_gamma", gamma))
+        return min(gamma, drafter.max_gamma or gamma)
 
     def check(self, settings: Settings) -> None:
         """Raise UserError if a run with these settings cannot start (cheap: no JAX)."""

@@ -23,7 +23,7 @@ so the next round starts from the target's truth, not from their own guesses.
 Every q returned is exactly the law the draft was sampled from (the head's logits through the
 same sampling pipeline as the target's), so the verify rule stays exact at any temperature.
 
-Each drafter also grows token trees (`propose_tree`, see trees/loop.py).
+Each drafter also grows token trees (trees/grow.py).
 
 What this file deliberately leaves out: Medusa's lossy "typical acceptance".
 """
@@ -37,10 +37,9 @@ import numpy as np
 from flax import nnx
 
 from nanospec.cache import rollback
+from nanospec.drafters import Drafter
 from nanospec.heads.modules import HeadConfig
 from nanospec.sampling import sample_rows, sampling_probs
-from nanospec.trees.tree import tree_positions
-from nanospec.trees.grow import parent_index, pick_children, plant
 
 
 def _at(x: jax.Array, index: jax.Array) -> jax.Array:
@@ -50,7 +49,7 @@ def _at(x: jax.Array, index: jax.Array) -> jax.Array:
 
 
 @dataclass(frozen=True)
-class _FeatureDrafter:
+class FeatureDrafter(Drafter):
     graphdef: Any  # the head's
     hc: HeadConfig
     target_graphdef: Any  # to reuse the target's embedding, ln_f and output layer
@@ -88,7 +87,7 @@ class _FeatureDrafter:
 
 
 @dataclass(frozen=True)
-class _LastFeature(_FeatureDrafter):
+class LastFeature(FeatureDrafter):
     """State = the target's raw hidden feature at position L−2, (B, C)."""
 
     @property
@@ -102,10 +101,8 @@ class _LastFeature(_FeatureDrafter):
         # Block index j is position start + j; the new L−2 is index length − 2 − start (= n).
         return _at(hidden, length - 2 - start)
 
-    commit_tree = commit  # given the path's features, a tree round is a chain round
 
-
-class MedusaDrafter(_LastFeature):
+class MedusaDrafter(LastFeature):
     """γ ≤ K drafts in parallel from one feature: head k proposes the token k+1 steps ahead."""
 
     def propose(self, dparams, feat, seq, length, key, sp, gamma):
@@ -117,19 +114,7 @@ class MedusaDrafter(_LastFeature):
         drafts = jnp.stack([sample_rows(keys[i], q[:, i]) for i in range(gamma)], axis=1)  # (B, γ)
         return drafts, q, feat
 
-    def propose_tree(self, dparams, feat, seq, length, key, sp, tree, top):
-        """Head d's law is the same at every node of depth d − 1 (heads ignore the path)."""
-        heads, target = self.parts(dparams)
-        w = self.output_layer(target)
-        q_heads = sampling_probs(self.draft_logits(w, heads(target.ln_f(feat))), sp)  # (B, K, V)
-        q_nodes = q_heads[:, np.minimum(tree.depth, self.hc.depth - 1)]  # (B, N, V)
-        grown = plant(seq, length, tree, self.hc.vocab_size)
-        for d in range(1, tree.max_depth + 1):
-            grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
-        return grown.tokens, grown.node_q, feat
-
-
-class MTPDrafter(_LastFeature):
+class MTPDrafter(LastFeature):
     """Sequential modules: depth k conditions on depth k−1's representation and its draft."""
 
     def propose(self, dparams, feat, seq, length, key, sp, gamma):
@@ -145,25 +130,6 @@ class MTPDrafter(_LastFeature):
             drafts.append(token)
             qs.append(q)
         return jnp.stack(drafts, axis=1), jnp.stack(qs, axis=1), feat
-
-    def propose_tree(self, dparams, feat, seq, length, key, sp, tree, top):
-        """Module d reads, at each node of depth d − 1, its parent's representation and the
-        node's own token (the root: the target's feature and the last committed token)."""
-        heads, target = self.parts(dparams)
-        w = self.output_layer(target)
-        grown = plant(seq, length, tree, self.hc.vocab_size)
-        B, N = grown.tokens.shape
-        h_nodes = jnp.zeros((B, N, feat.shape[-1]))
-        q_nodes = jnp.zeros(grown.node_q.shape)
-        for d in range(1, tree.max_depth + 1):
-            h_in = jnp.broadcast_to(feat[:, None], h_nodes.shape) if d == 1 else h_nodes[:, parent_index(tree)]
-            h, out = heads.layers[d - 1](h_in, target.wte(grown.tokens))  # every node: (B, N, C)
-            here = jnp.asarray(tree.depth == d - 1)[None, :, None]
-            h_nodes = jnp.where(here, h, h_nodes)
-            q_nodes = jnp.where(here, sampling_probs(self.draft_logits(w, out), sp), q_nodes)
-            grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
-        return grown.tokens, grown.node_q, feat
-
 
 class EagleFold(NamedTuple):
     """What EAGLE derives, once at load, from its projection back to the target's width,
@@ -186,7 +152,7 @@ def _exact_matmul(x, y):
 
 
 @dataclass(frozen=True)
-class EagleDrafter(_FeatureDrafter):
+class EagleDrafter(FeatureDrafter):
     """Autoregression at the feature level. State: (its KV cache over pairs 0..L−2, h_{L−2}),
     where h is the layer's own output (its width) and f̂_{L−1} = project(h_{L−2}).
 
@@ -245,7 +211,6 @@ class EagleDrafter(_FeatureDrafter):
         # Block index j holds position start + j; the token after it is emitted[j].
         return self._read(dparams, state[0], hidden, emitted, start, length)
 
-    commit_tree = commit  # its cache never holds tree nodes: re-reading the path is the same
 
     def propose(self, dparams, state, seq, length, key, sp, gamma):
         head, _ = self.parts(dparams)
@@ -268,29 +233,5 @@ class EagleDrafter(_FeatureDrafter):
         drafts = jnp.concatenate([x1[:, None], xs.T], axis=1)  # (B, γ)
         q = jnp.concatenate([q1[:, None], jnp.moveaxis(qs, 0, 1)], axis=1)  # (B, γ, V)
         return drafts, q, (cache, state[1])
-
-    def propose_tree(self, dparams, state, seq, length, key, sp, tree, top):
-        """The root's law comes from h_{L−2}; then one pass over the tree's pairs per depth:
-        node c feeds (f̂ at its parent, its token) at position L−2+depth(c) and outputs h at c."""
-        head, _ = self.parts(dparams)
-        cache, h_root = state
-        grown = plant(seq, length, tree, self.hc.vocab_size)
-        B, N = grown.tokens.shape
-        hs = jnp.zeros((B, N, h_root.shape[-1])).at[:, 0].set(h_root)
-        q_nodes = jnp.zeros(grown.node_q.shape).at[:, 0].set(self.law(dparams, h_root, sp))
-        parents = parent_index(tree)[1:]
-        positions = tree_positions(length - 2, tree)[:, 1:]  # (B, N-1)
-        mask = jnp.asarray(tree.ancestor_mask[1:, 1:])
-        for d in range(1, tree.max_depth + 1):
-            if d > 1:  # the nodes of depth d − 1 now have their tokens: compute their h
-                h, _ = head.layer(self.step_input(dparams, hs[:, parents], grown.tokens[:, 1:]),
-                                  positions, cache, block_mask=mask)  # (B, N-1, width)
-                here = jnp.asarray(tree.depth[1:] == d - 1)[None, :, None]
-                hs = hs.at[:, 1:].set(jnp.where(here, h, hs[:, 1:]))
-                q_nodes = q_nodes.at[:, 1:].set(jnp.where(
-                    here, self.law(dparams, h, sp), q_nodes[:, 1:]))
-            grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
-        return grown.tokens, grown.node_q, state
-
 
 DRAFTERS = {"medusa": MedusaDrafter, "eagle": EagleDrafter, "mtp": MTPDrafter}

@@ -41,14 +41,11 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from safetensors.numpy import load as st_load
-from safetensors.numpy import save as st_save
 
 from nanospec.cache import KVCache, attention_mask, init_cache
-from nanospec.checkpoint import STORAGE_DTYPE, load_tensors_into, record_file, state_to_tensors, verify_file
+from nanospec.checkpoint import load_tensors_into, read_weights, verify_file, write_weights
 from nanospec.errors import UserError
-from nanospec.fileio import atomic_write
-from nanospec.model import Block, ModelConfig, _linear
+from nanospec.model import Block, ModelConfig, linear
 
 KINDS = ("medusa", "eagle", "mtp")
 
@@ -112,11 +109,11 @@ class EagleHead(nnx.Module):
         bc = hc.block_config()
         self.cfg = bc
         W = bc.d_model
-        self.fc = _linear(rngs, 2 * hc.d_model, W)  # [feature ; token embedding] -> W
+        self.fc = linear(rngs, 2 * hc.d_model, W)  # [feature ; token embedding] -> W
         self.wpe = nnx.Embed(hc.n_ctx, W, embedding_init=nnx.initializers.normal(0.02), rngs=rngs)
         self.block = Block(bc, rngs)
         # A narrower layer projects its output back into the target's feature space.
-        self.out = _linear(rngs, W, hc.d_model) if W != hc.d_model else None
+        self.out = linear(rngs, W, hc.d_model) if W != hc.d_model else None
 
     def empty_cache(self, batch: int, capacity: int | None = None) -> KVCache:
         return init_cache(1, self.cfg.n_head, self.cfg.head_dim, batch, capacity or self.cfg.n_ctx)
@@ -154,12 +151,12 @@ class MTPModule(nnx.Module):
         C, W = hc.d_model, hc.width or hc.d_model
         self.ln_h = nnx.LayerNorm(C, rngs=rngs)
         self.ln_e = nnx.LayerNorm(C, rngs=rngs)
-        self.proj = _linear(rngs, 2 * C, W)
+        self.proj = linear(rngs, 2 * C, W)
         self.ln_2 = nnx.LayerNorm(W, rngs=rngs)
-        self.c_fc = _linear(rngs, W, hc.mlp_mult * W)
-        self.c_proj = _linear(rngs, hc.mlp_mult * W, W)
+        self.c_fc = linear(rngs, W, hc.mlp_mult * W)
+        self.c_proj = linear(rngs, hc.mlp_mult * W, W)
         # A narrower module projects back into the target's space (as EAGLE's layer does).
-        self.out = _linear(rngs, W, C) if W != C else None
+        self.out = linear(rngs, W, C) if W != C else None
         self.ln_out = nnx.LayerNorm(C, rngs=rngs)  # before the shared output layer
 
     def __call__(self, h, emb):
@@ -185,23 +182,17 @@ def build(hc: HeadConfig, seed: int = 0) -> nnx.Module:
 
 def save_head(ckpt_dir: str | Path, hc: HeadConfig, params, info: dict | None = None) -> Path:
     """Write `<kind>.safetensors` atomically and record it (and how it was made) in MANIFEST."""
-    path = Path(ckpt_dir) / f"{hc.name}.safetensors"
-    blob = st_save(state_to_tensors(params, STORAGE_DTYPE),
-                   metadata={"head": json.dumps(asdict(hc)), "dtype": "float16"})
-    atomic_write(path, blob)
-    record_file(ckpt_dir, path.name, info)
-    return path
+    return write_weights(ckpt_dir, f"{hc.name}.safetensors", params, {"head": json.dumps(asdict(hc))},
+                         info)
 
 
 def load_head(ckpt_dir: str | Path, kind: str):
     """Load `<kind>.safetensors` -> (HeadConfig, graphdef, params), sha256-checked."""
     path = verify_file(ckpt_dir, f"{kind}.safetensors")
-    blob = path.read_bytes()
+    tensors, fields = read_weights(path, "head", what="nanospec head checkpoint")
     try:
-        tensors = st_load(blob)
-        header_len = int.from_bytes(blob[:8], "little")
-        hc = HeadConfig(**json.loads(json.loads(blob[8:8 + header_len])["__metadata__"]["head"]))
-    except Exception as e:  # any parse failure means "not a head checkpoint"
+        hc = HeadConfig(**fields)
+    except Exception as e:
         raise UserError(f"{path} is not a valid nanospec head checkpoint ({type(e).__name__}).") from None
     graphdef, params = nnx.split(build(hc))
     load_tensors_into(params, tensors, where=str(path))

@@ -39,12 +39,15 @@ is timed twice (decode probe, autoregressive TPOT): apart by over 10%, the repor
 noisy. A γ a method cannot run (Medusa and MTP draft one token per head) is skipped and said
 so; a method left with none is refused.
 
+This file plans the runs, holds the performance model and assembles the report; measure/timing.py
+runs and times the programs, measure/tables.py prints the report.
+
 What this file deliberately leaves out: asserting anything about time (tests never do).
 """
 
 import json
 import platform
-import statistics
+from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
@@ -52,20 +55,16 @@ from rich.console import Console
 
 from nanospec.errors import UserError
 from nanospec.fileio import atomic_write
-from nanospec.generate import _generate, pad_prompts
-from nanospec.model import ModelConfig
-from nanospec.measure.probes import (FORWARD_CALLS, decode_probe, extra_cost, forward_probe,
-                             interleaved_samples, paired_latency, paired_median_differences,
-                             round_probe)
-from nanospec.sampling import SamplingParams
-from nanospec.speculative import _fused, check_room
+from nanospec.generate import pad_prompts
+from nanospec.measure.probes import FORWARD_CALLS, extra_cost
 from nanospec.measure.tables import print_bench
-from nanospec.trees.loop import _fused_tree, check_tree
-from nanospec.trace import metrics
+from nanospec.measure.timing import Costs, full_models, probe_pool, time_pool, warm_up
 from nanospec.measure.workloads import workload_prompts
+from nanospec.sampling import SamplingParams
+from nanospec.trace import metrics
+from nanospec.trees.grow import grows_trees
 
 
-PAIRED_REPEATS = 3  # c's pairs are timed this many times as often as everything else
 # A TPOT speedup above TPOT_SLOPE × end to end + TPOT_MARGIN, or a run that spent under
 # MIN_DECODE_SHARE of its time after the first token, is flagged (see latency_flags).
 TPOT_SLOPE, TPOT_MARGIN, MIN_DECODE_SHARE = 1.5, 0.5, 0.10
@@ -102,7 +101,7 @@ def plan_runs(bundle, methods, gammas, trees: dict | None = None) -> tuple[list,
     runs, skipped = [], []
     drafters = {m: bundle.drafter(m)[0] for m in methods if m != "ar"}
     for m, drafter in drafters.items():
-        most = getattr(drafter, "max_gamma", None)
+        most, _ = drafter_limits(drafter)
         fit = [gm for gm in gammas if most is None or gm <= most]
         if not fit:
             raise UserError(f"{m} has {most} heads, so it drafts at most γ = {most} tokens per "
@@ -114,8 +113,8 @@ def plan_runs(bundle, methods, gammas, trees: dict | None = None) -> tuple[list,
     tree_runs = []
     for label, tree in (trees or {}).items():
         for m, drafter in drafters.items():
-            most = getattr(drafter, "max_gamma", None)
-            if not hasattr(drafter, "propose_tree"):
+            most, grows_trees = drafter_limits(drafter)
+            if not grows_trees:
                 skipped.append({"method": m, "tree": label,
                                 "reason": f"{m} proposes a single continuation"})
             elif most is not None and tree.max_depth > most:
@@ -155,142 +154,25 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
     grows trees; those rows report acceptance and measured speedup (no cost model). `wide`:
     print the single wide table (None: whenever it fits the console; see measure/tables.py)."""
     console = console or Console()
-    tok = bundle.tok
-    target = bundle.models["target"]
-    cfg, g, p = target
     sp = SamplingParams.make(temperature)
     runs, tree_runs, skipped = plan_runs(bundle, methods, gammas, trees)
-    # Every prompt is padded to the workload's one bucket, so each method compiles once (with a
-    # bucket per prompt length, XLA's per-program memory maps overran Linux's limit: jax#27201).
-    tokens_all, lengths_all = pad_prompts([tok.encode_prompt(t) for t in workload_prompts(workload, n_prompts)],
-                                          cfg.n_ctx)
-    prompts = [(tokens_all[i:i + 1], lengths_all[i:i + 1]) for i in range(len(lengths_all))]
-    for _, gm in runs:
-        for _, lengths in prompts:
-            check_room(cfg, lengths, tokens, gm)
-    for m, label in tree_runs:
-        for _, lengths in prompts:
-            check_tree(cfg, bundle.drafter(m)[0], lengths, tokens, trees[label])
-
-    # Each program takes the number of tokens to generate (traced: 1 and `tokens` share one
-    # compiled loop): with 1 it times the first token, prefill included.
-    def ar_run(tokens_, lengths, key, n=tokens):
-        return _generate(g, p, cfg, tokens_, lengths, key, sp, jnp.int32(n), -1)
-
-    def spec_run(method, gamma):
-        drafter, dparams = bundle.drafter(method)
-        return lambda tk, ln, key, n=tokens: _fused(g, p, cfg, drafter, dparams, tk, ln, key, sp,
-                                                    jnp.int32(n), -1, gamma)
-
-    def tree_run(method, label):
-        drafter, dparams = bundle.drafter(method)
-        return lambda tk, ln, key, n=tokens: _fused_tree(g, p, cfg, drafter, dparams, tk, ln, key,
-                                                         sp, jnp.int32(n), -1, trees[label], True)
-
-    programs = {("ar", 0): ar_run}
-    programs.update({run: spec_run(*run) for run in runs})
-    programs.update({run: tree_run(*run) for run in tree_runs})
-    hists: dict = {}
-    counts: dict = {}  # (drafted, rejected rounds) per run
-    with console.status("compiling, warming up, counting acceptances…"):
-        for (m, gm), fn in programs.items():
-            for i, (tk, ln) in enumerate(prompts):
-                state = jax.block_until_ready(fn(tk, ln, jax.random.key(seed + i)))
-                if m != "ar":
-                    h = state.hist.sum(0).tolist()
-                    hists[(m, gm)] = [a + b for a, b in zip(hists.get((m, gm), [0] * len(h)), h)]
-                    d, r = counts.get((m, gm), (0, 0))
-                    counts[(m, gm)] = (d + int(state.drafted.sum()), r + int(state.rejected.sum()))
-    # Everything that is timed goes into one round-robin pool: the workload runs, the decode
-    # loops behind T_ar (and the draft model's prefill), the drafting rounds behind c, and the
-    # forward passes behind r.
-    probes = {k: (lambda fn=fn: [fn(tk, ln, jax.random.key(seed + i)) for i, (tk, ln) in enumerate(prompts)])
-              for k, fn in programs.items()}
-    probes.update({("first", *k): (lambda fn=fn: [fn(tk, ln, jax.random.key(seed + i), 1)
-                                                  for i, (tk, ln) in enumerate(prompts)])
-                   for k, fn in programs.items()})
-    probe_prompt = tok.encode_prompt(workload_prompts(workload, 1)[0])
-    models = {name: m for name, m in bundle.models.items() if isinstance(m[0], ModelConfig)}
-    for name, model in models.items():
-        for n in (1, tokens):
-            probes[("decode", name, n)] = decode_probe(model, probe_prompt, n)
-    forwards = {block: forward_probe(target, block) for block in {1} | {gm + 1 for _, gm in runs}}
-    probes.update({("forward", block): fn for block, fn in forwards.items()})
-    # c is a small difference of two larger times: each drafting round is timed right beside
-    # the bare target pass it contains, and (being cheap) more often than the runs.
-    pairs = {run: (round_probe(target, *bundle.drafter(run[0]), probe_prompt, run[1], sp),
-                   forwards[run[1] + 1]) for run in runs}
-    with console.status("timing…"):
-        samples = interleaved_samples(probes, repeats)
-        drafting = paired_median_differences(pairs, PAIRED_REPEATS * repeats)
-    med = {k: statistics.median(v) for k, v in samples.items()}
-    step = {name: max(med[("decode", name, tokens)] - med[("decode", name, 1)], 1e-9) / (tokens - 1)
-            for name in models}  # seconds per decode step: prefill cancels out
-    t_ar = step["target"]
-    fwd1 = med[("forward", 1)]
-    times = {k: med[k] for k in programs}
-    n_total = tokens * len(prompts)
-
-    def latency(k) -> dict:  # paired with the autoregressive runs of the same passes
-        return paired_latency(samples[k], samples[("first", *k)], samples[("ar", 0)],
-                              samples[("first", "ar", 0)], len(prompts), n_total - len(prompts))
-
-    def timed(k) -> dict:
-        lat = latency(k)
-        return {"seconds": times[k], **lat,
-                "flags": latency_flags(lat["measured_speedup"], lat["tpot_speedup"], lat["decode_share"])}
-
-    ar_time = times[("ar", 0)]
-    ar_latency = {key: latency(("ar", 0))[key] for key in ("ttft_ms", "tpot_ms")}
-    # What the autoregressive runs spent outside decode steps (prefill, dispatch): speculation
-    # pays it too, plus the draft model's own prefill, so an end-to-end prediction must include it.
-    prefill_s = max(ar_time - n_total * t_ar, 0.0)
-    draft_prefill = {name: len(prompts) * max(med[("decode", name, 1)] - step[name], 0.0)
-                     for name in models if name != "target"}
-    rows = []
-    for m, gm in runs:
-        mt = metrics(hists[(m, gm)], generated=n_total, drafted=counts[(m, gm)][0])
-        alpha = iid_acceptance(hists[(m, gm)], counts[(m, gm)][1])
-        # seconds of drafting per round: rounds with the target pass, minus the pass alone
-        draft_round = max(drafting[(m, gm)], 0.0) / FORWARD_CALLS
-        c = draft_round / (gm * t_ar)
-        r = med[("forward", gm + 1)] / fwd1
-        # Rounds without drafts (prompt lookup found no match) are one-token decode steps: one
-        # token for one T_ar. Its drafts come all or nothing, so drafted / γ rounds had them.
-        empty = 1.0 - counts[(m, gm)][0] / gm / max(mt["rounds"], 1)  # fraction of rounds
-        e = (1 - empty) * expected_tokens(alpha, gm) + empty
-        round_cost = (1 - empty) * (gm * c + r) + empty  # in target steps
-        predicted_time = prefill_s + draft_prefill.get(m, 0.0) + n_total / e * round_cost * t_ar
-        pred = ar_time / predicted_time
-        row = timed((m, gm))
-        rows.append({"method": m, "gamma": gm, "alpha": alpha,
-                     "acceptance_rate": mt["acceptance_rate"],
-                     "mean_acceptance_length": mt["mean_acceptance_length"], "c": c,
-                     # None when drafting costs less than the timing noise (prompt lookup)
-                     "tau_per_draft_cost": mt["mean_acceptance_length"] / (gm * c) if c > 0 else None,
-                     "verify_over_ar": r, "expected_tokens_per_round": e,
-                     "rounds_without_drafts": empty, "predicted_decode_speedup": e / round_cost,
-                     "predicted_speedup": pred, **row, "efficiency": row["measured_speedup"] / pred,
-                     **extra_cost(bundle, m, gm)})
-    for m, label in tree_runs:
-        mt = metrics(hists[(m, label)], generated=n_total)
-        rows.append({"method": m, "gamma": f"tree {label}", "tree_nodes": trees[label].size,
-                     "alpha": iid_acceptance(hists[(m, label)]),
-                     "acceptance_rate": mt["acceptance_rate"],
-                     "mean_acceptance_length": mt["mean_acceptance_length"], **timed((m, label)),
-                     **extra_cost(bundle, m, trees[label].max_depth)})
-    best = max(rows, key=lambda x: x["measured_speedup"]) if rows else None
-    report = {"benchmark": "speculative", "workload": workload, "prompts": len(prompts),
-              "tokens_per_prompt": tokens, "temperature": temperature, "repeats": repeats,
-              "ar": {"seconds": ar_time, "tokens_per_second": n_total / ar_time,
-                     "decode_ms_per_token": t_ar * 1e3, "prefill_seconds": prefill_s, **ar_latency,
-                     # one decode step, timed twice (the probe, and the real runs' TPOT): apart
-                     # by more than tables.NOISY, the machine's speed changed during the run
-                     "tpot_over_decode_probe": ar_latency["tpot_ms"] / (t_ar * 1e3)},
-              "draft_model_decode_ms_per_token": {name: step[name] * 1e3 for name in draft_prefill},
-              "rows": rows, "best": best, "skipped": skipped,
-              "machine": {"platform": jax.devices()[0].platform, "cpu": platform.processor() or
-                          platform.machine(), "jax": jax.__version__}}
+    prompts = bench_prompts(bundle, workload, n_prompts)
+    check_runnable(bundle, prompts, tokens, runs, [(m, trees[label]) for m, label in tree_runs])
+    with console.status("compiling…"):
+        programs = {("ar", 0): program_for(bundle, "ar", sp, tokens, prompt=prompts[0])}
+        programs.update({(m, gm): program_for(bundle, m, sp, tokens, gamma=gm, prompt=prompts[0])
+                         for m, gm in runs})
+        programs.update({(m, label): program_for(bundle, m, sp, tokens, tree=trees[label],
+                                                 prompt=prompts[0]) for m, label in tree_runs})
+    hists, counts = warm_up(programs, prompts, seed, console)
+    probes, pairs = probe_pool(bundle, programs, prompts, runs, sp, tokens, workload, seed)
+    samples, drafting = time_pool(probes, pairs, repeats, console)
+    costs = Costs.from_samples(samples, drafting, list(full_models(bundle)), tokens, len(prompts))
+    rows = [gamma_row(bundle, costs, run, hists[run], counts[run]) for run in runs]
+    rows += [tree_row(bundle, costs, (m, label), trees[label], hists[(m, label)])
+             for m, label in tree_runs]
+    report = assemble_report(costs, rows, skipped, workload=workload, tokens=tokens,
+                             temperature=temperature, repeats=repeats)
     print_bench(console, report, wide)
     if json_path:
         atomic_write(json_path, json.dumps(report, indent=2))
@@ -299,3 +181,116 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
     # mappings and crashes inside the compiler (jax-ml/jax#27201; see tests/conftest.py).
     jax.clear_caches()
     return report
+
+
+def bench_prompts(bundle, workload: str, n_prompts: int) -> list[tuple]:
+    """The workload's prompts as (tokens, lengths) batches of one, all padded to one bucket."""
+    # Every prompt is padded to the workload's one bucket, so each method compiles once (with a
+    # bucket per prompt length, XLA's per-program memory maps overran Linux's limit: jax#27201).
+    tokens_all, lengths_all = pad_prompts([bundle.tok.encode_prompt(t)
+                                           for t in workload_prompts(workload, n_prompts)],
+                                          bundle.models["target"][0].n_ctx)
+    return [(tokens_all[i:i + 1], lengths_all[i:i + 1]) for i in range(len(lengths_all))]
+
+
+# The decoding loops' API, as bench uses it: every call into the loops and every question put
+# to a drafter is in the three functions below.
+
+def drafter_limits(drafter) -> tuple[int | None, bool]:
+    """(the most tokens it drafts per round, None for no limit; whether it grows token trees)."""
+    return drafter.max_gamma, grows_trees(drafter)
+
+
+def check_runnable(bundle, prompts: list, tokens: int, runs: list, tree_runs: list) -> None:
+    """Refuse (UserError), before anything compiles, a run some prompt leaves no room for:
+    `runs` are (method, γ), `tree_runs` (method, Tree)."""
+    from nanospec.decode import make_loop
+    loops = [make_loop(bundle, m, gamma=gm)[0] for m, gm in runs]
+    loops += [make_loop(bundle, m, tree=tree)[0] for m, tree in tree_runs]
+    for loop in loops:
+        for _, lengths in prompts:
+            loop.check(lengths, tokens)
+
+
+def program_for(bundle, method: str, sp, tokens: int, gamma: int | None = None, tree=None,
+                prompt=None):
+    """One run's compiled loop as fn(tokens, lengths, key, n=tokens) -> (state, stats): the
+    autoregressive one for "ar", else speculative with `gamma` drafts or with `tree`, compiled
+    for `prompt`'s shapes (tokens, lengths). EOS is off (-1); n is traced, so 1 (the first
+    token, prefill included) and `tokens` share one program."""
+    from nanospec.decode import make_loop
+    loop, dparams = make_loop(bundle, method, gamma=gamma or 1, tree=tree)
+    loop = replace(loop, eos_id=-1)
+    params = bundle.models["target"][2]
+    program, _ = loop.program(params, dparams, *prompt, jax.random.key(0), sp)
+    return lambda tk, ln, key, n=tokens: program(params=params, dparams=dparams, tokens=tk,
+                                                 lengths=ln, key=key, sp=sp, max_new=jnp.int32(n))
+
+
+def timed(costs: Costs, k) -> dict:
+    """Run k's median seconds and latency beside the autoregressive runs, and why not to trust them."""
+    lat = costs.latency(k)
+    return {"seconds": costs.med[k], **lat,
+            "flags": latency_flags(lat["measured_speedup"], lat["tpot_speedup"], lat["decode_share"])}
+
+
+def gamma_row(bundle, costs: Costs, run: tuple, hist: list, count: tuple) -> dict:
+    """One (method, γ) row: acceptance, the performance model's terms and prediction, the
+    measured speedup. `count` is the run's (drafted, rejected rounds)."""
+    m, gm = run
+    mt = metrics(hist, generated=costs.n_total, drafted=count[0])
+    alpha = iid_acceptance(hist, count[1])
+    # seconds of drafting per round: rounds with the target pass, minus the pass alone
+    draft_round = max(costs.drafting[run], 0.0) / FORWARD_CALLS
+    c = draft_round / (gm * costs.t_ar)
+    r = costs.med[("forward", gm + 1)] / costs.med[("forward", 1)]
+    # Rounds without drafts (prompt lookup found no match) are one-token decode steps: one
+    # token for one T_ar. Its drafts come all or nothing, so drafted / γ rounds had them.
+    empty = 1.0 - count[0] / gm / max(mt["rounds"], 1)  # fraction of rounds
+    e = (1 - empty) * expected_tokens(alpha, gm) + empty
+    round_cost = (1 - empty) * (gm * c + r) + empty  # in target steps
+    predicted_time = (costs.prefill_s + costs.draft_prefill.get(m, 0.0)
+                      + costs.n_total / e * round_cost * costs.t_ar)
+    pred = costs.ar_time / predicted_time
+    row = timed(costs, run)
+    return {"method": m, "gamma": gm, "alpha": alpha,
+            "acceptance_rate": mt["acceptance_rate"],
+            "mean_acceptance_length": mt["mean_acceptance_length"], "c": c,
+            # None when drafting costs less than the timing noise (prompt lookup)
+            "tau_per_draft_cost": mt["mean_acceptance_length"] / (gm * c) if c > 0 else None,
+            "verify_over_ar": r, "expected_tokens_per_round": e,
+            "rounds_without_drafts": empty, "predicted_decode_speedup": e / round_cost,
+            "predicted_speedup": pred, **row, "efficiency": row["measured_speedup"] / pred,
+            **extra_cost(bundle, m, gm)}
+
+
+def tree_row(bundle, costs: Costs, run: tuple, tree, hist: list) -> dict:
+    """One (method, tree) row: acceptance and the measured speedup (no cost model for trees)."""
+    m, label = run
+    mt = metrics(hist, generated=costs.n_total)
+    return {"method": m, "gamma": f"tree {label}", "tree_nodes": tree.size,
+            "alpha": iid_acceptance(hist),
+            "acceptance_rate": mt["acceptance_rate"],
+            "mean_acceptance_length": mt["mean_acceptance_length"], **timed(costs, run),
+            **extra_cost(bundle, m, tree.max_depth)}
+
+
+def assemble_report(costs: Costs, rows: list, skipped: list, *, workload: str, tokens: int,
+                    temperature: float, repeats: int) -> dict:
+    """The JSON report: the settings, the autoregressive baseline, every row, the best one."""
+    ar_latency = {key: costs.latency(("ar", 0))[key] for key in ("ttft_ms", "tpot_ms")}
+    best = max(rows, key=lambda x: x["measured_speedup"]) if rows else None
+    n_total, t_ar, ar_time = costs.n_total, costs.t_ar, costs.ar_time
+    return {"benchmark": "speculative", "workload": workload, "prompts": costs.n_prompts,
+            "tokens_per_prompt": tokens, "temperature": temperature, "repeats": repeats,
+            "ar": {"seconds": ar_time, "tokens_per_second": n_total / ar_time,
+                   "decode_ms_per_token": t_ar * 1e3, "prefill_seconds": costs.prefill_s,
+                   **ar_latency,
+                   # one decode step, timed twice (the probe, and the real runs' TPOT): apart
+                   # by more than tables.NOISY, the machine's speed changed during the run
+                   "tpot_over_decode_probe": ar_latency["tpot_ms"] / (t_ar * 1e3)},
+            "draft_model_decode_ms_per_token": {name: costs.step[name] * 1e3
+                                                for name in costs.draft_prefill},
+            "rows": rows, "best": best, "skipped": skipped,
+            "machine": {"platform": jax.devices()[0].platform, "cpu": platform.processor() or
+                        platform.machine(), "jax": jax.__version__}}

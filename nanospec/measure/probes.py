@@ -23,11 +23,11 @@ import jax
 import jax.numpy as jnp
 
 from nanospec.cache import init_cache, rollback
-from nanospec.generate import _generate, pad_prompts
+from nanospec.generate import Decoder, pad_prompts
 from nanospec.heads.modules import KINDS
 from nanospec.model import count_params, forward
 from nanospec.sampling import GREEDY, SamplingParams
-from nanospec.speculative import prefill
+from nanospec.speculative import Speculator
 
 
 def _timed(fn) -> float:
@@ -99,7 +99,8 @@ def decode_probe(model, prompt: list[int], n: int):
     """Prefill + n greedy decode steps at batch 1 (EOS disabled): the autoregressive loop."""
     cfg, g, p = model
     tokens, lengths = pad_prompts([prompt], cfg.n_ctx)
-    return lambda: _generate(g, p, cfg, tokens, lengths, jax.random.key(0), GREEDY, jnp.int32(n), -1)
+    decoder = Decoder(graphdef=g, cfg=cfg, eos_id=-1)
+    return lambda: decoder.run(p, (), tokens, lengths, jax.random.key(0), GREEDY, n)
 
 
 FORWARD_CALLS = 32
@@ -141,8 +142,8 @@ def round_probe(target, drafter, dparams, prompt: list[int], gamma: int,
     """
     cfg, g, p = target
     tokens, lengths = pad_prompts([prompt], cfg.n_ctx)
-    state = jax.jit(prefill, static_argnames=("graphdef", "cfg", "drafter", "gamma"))(
-        g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(0), gamma)
+    spec = Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=gamma, eos_id=-1)
+    state = jax.jit(spec.prefill)(p, dparams, tokens, lengths, jax.random.key(0))
 
     @jax.jit
     def loop(params, dparams, dstate, cache, seq, length, sp):
@@ -181,7 +182,7 @@ def extra_cost(bundle, method: str, gamma: int) -> dict:
     derived = dparams[2:] if method in KINDS else ()
     derived_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(derived))
     tokens, lengths = pad_prompts([[0, 0]], cfg.n_ctx)
-    state = jax.eval_shape(lambda: prefill(g, p, cfg, drafter, dparams, tokens, lengths,
-                                           jax.random.key(0), gamma))
+    spec = Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=gamma, eos_id=-1)
+    state = jax.eval_shape(lambda: spec.prefill(p, dparams, tokens, lengths, jax.random.key(0)))
     state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state.dstate))
     return {"extra_params": n, "extra_memory_mb": (4 * n + derived_bytes + state_bytes) / 2**20}

@@ -24,8 +24,7 @@ import jax
 import numpy as np
 
 from nanospec.errors import UserError
-from nanospec.generate import new_tokens
-from nanospec.speculative import generated, state_counters
+from nanospec.rounds import generated
 
 # Bytes a chunk's rows may take on the device. Measured with the shipped target, 100,000
 # samples of 2 tokens: 61 chunks of 1,659 rows, 87 s, 2.65 GB peak resident memory in all.
@@ -41,7 +40,7 @@ def row_bytes(cfgs, block: int, capacity: int) -> int:
     """A row's device memory, estimated: the KV caches of every model in `cfgs`, and one
     round's pass (logits, laws and activations over its `block` tokens), twice over — a
     step's input and output buffers can be alive together. The prompt pass is not per row:
-    identical rows share one (generate.share_rows)."""
+    identical rows share one (rounds.share_rows)."""
     kv = sum(2 * c.n_layer * capacity * c.d_model * 4 for c in cfgs)
     target = cfgs[0]
     round_pass = block * (4 * target.vocab_size + 16 * target.d_model) * 4
@@ -72,22 +71,20 @@ def chunk_key(key, c: int):
     return key if c == 0 else jax.random.fold_in(jax.random.split(key)[1], c)
 
 
-def run_chunks(program, dyn: dict, plan: Plan, n: int, autoregressive: bool, progress=None):
-    """Run a compiled generation `program` once per chunk on the traced arguments `dyn`.
-
-    Returns (generated ids per sample, counters for trace.metrics or None, seconds)."""
+def run_chunks(program, dyn: dict, plan: Plan, n: int, progress=None):
+    """Run a compiled generation `program` (rounds.Loop.program) once per chunk on the
+    traced arguments `dyn`. Returns (generated ids per sample, counters for trace.metrics,
+    seconds)."""
     outs: list[list[int]] = []
     hist, new, drafted = None, 0, 0
     t0 = time.perf_counter()
     for c in range(plan.chunks):
-        state = jax.block_until_ready(program(**{**dyn, "key": chunk_key(dyn["key"], c)}))
+        state, stats = jax.block_until_ready(program(**{**dyn, "key": chunk_key(dyn["key"], c)}))
         keep = min(plan.rows, n - len(outs))
-        outs += (new_tokens if autoregressive else generated)(state, dyn["lengths"])[:keep]
-        if not autoregressive:
-            h, g, d = state_counters(state, keep)
-            hist = h if hist is None else list(np.add(hist, h))
-            new, drafted = new + g, drafted + d
+        outs += generated(state, dyn["lengths"])[:keep]
+        h, g, d = stats.counters(state, keep)
+        hist = h if hist is None else list(np.add(hist, h))
+        new, drafted = new + g, drafted + d
         if progress is not None:
             progress(len(outs), n)
-    counters = None if autoregressive else ([int(x) for x in hist], new, drafted)
-    return outs, counters, time.perf_counter() - t0
+    return outs, ([int(x) for x in hist], new, drafted), time.perf_counter() - t0

@@ -34,7 +34,7 @@ from nanospec.checkpoint import load_model, load_tokenizer
 from nanospec.corpus import CorpusConfig, build_corpus
 from nanospec.heads.modules import KINDS, HeadConfig, build, save_head
 from nanospec.model import count_params, forward
-from nanospec.training.lm import TrainConfig, _cpu_count, get_batch, make_optimizer, tokenize_docs
+from nanospec.training.lm import TrainConfig, get_batch, machine, make_optimizer, tokenize_docs
 
 EAGLE_FEATURE_WEIGHT = 1.0  # smooth-L1 on features next to the (soft) cross-entropy, as EAGLE
 
@@ -153,8 +153,26 @@ def train_heads(ckpt_dir: str | Path, hc_train: HeadsTrainConfig = HeadsTrainCon
     for k in kinds:
         graphdefs[k], params[k] = nnx.split(build(configs[k], hc_train.seed))
     opt = make_optimizer(tc)  # the same transformation, one state per head: clipping per head
-    opt_states = {k: opt.init(params[k]) for k in kinds}
+    train_step, validate = compile_head_steps(graphdefs, tgraph, tparams, opt, kinds, val_ids, tc)
+    params, log, wall = _run_steps(hc_train, tc, kinds, train_ids, train_step, validate, params,
+                                   {k: opt.init(params[k]) for k in kinds}, quiet)
 
+    infos = {}
+    for k in kinds:
+        info = head_info(k, configs[k], params[k], vocab, log, wall, hc_train, corpus, kinds, command)
+        save_head(ckpt_dir, configs[k], params[k], info)
+        infos[k] = info
+    if evaluate is not None:
+        for k in kinds:
+            infos[k]["acceptance_on_validation"] = evaluate(k)
+            save_head(ckpt_dir, configs[k], params[k], infos[k])
+    return infos
+
+
+def compile_head_steps(graphdefs: dict, tgraph, tparams, opt: optax.GradientTransformation,
+                       kinds: tuple, val_ids: np.ndarray, tc: TrainConfig):
+    """(train_step, validate): one jitted step of every head's optimiser on its own loss, from
+    one frozen target pass; and every head's mean validation loss over 8 fixed batches."""
     @jax.jit
     def train_step(params, opt_states, x):
         def total(params):
@@ -174,6 +192,13 @@ def train_heads(ckpt_dir: str | Path, hc_train: HeadsTrainConfig = HeadsTrainCon
                for i in range(8)]
         return {k: float(np.mean([d[k] for d in per])) for k in kinds}
 
+    return train_step, validate
+
+
+def _run_steps(hc_train: HeadsTrainConfig, tc: TrainConfig, kinds: tuple, train_ids: np.ndarray,
+               train_step, validate, params: dict, opt_states: dict, quiet: bool):
+    """Every step, validating (and printing a line, unless quiet) every hc_train.eval_every:
+    (params, log of validation losses, wall seconds)."""
     log = {"val": [], "wall_s": 0.0}
     t0 = time.perf_counter()
     recent = []
@@ -189,30 +214,24 @@ def train_heads(ckpt_dir: str | Path, hc_train: HeadsTrainConfig = HeadsTrainCon
                 train_avg = {k: np.mean([r[k] for r in recent[-50:]]) for k in kinds}
                 print(f"step {step}/{tc.steps} ({log['wall_s']:.0f}s): " + ", ".join(
                     f"{k} train {train_avg[k]:.3f} val {val[k]:.3f}" for k in kinds), flush=True)
-    wall = time.perf_counter() - t0
+    return params, log, time.perf_counter() - t0
 
-    infos = {}
-    for k in kinds:
-        config = {**asdict(configs[k]), "draft_vocab": f"{len(vocab)} ids, those seen in the "
-                  "training corpus (the list is in the file's metadata)" if vocab else "all"}
-        info = {"kind": k, "config": config, "params": count_params(params[k]),
-                "reuses_from_target": "wte (embedding and tied output layer), ln_f",
-                "train": asdict(hc_train), "corpus": asdict(corpus),
-                "objective": "distillation: soft cross-entropy against the frozen target's law"
-                             + (", + smooth-L1 feature regression, 2-pass test-time input"
-                                if k == "eagle" else ""),
-                "final_val_loss": log["val"][-1][1][k],
-                "val_loss_curve": [[s, v[k]] for s, v in log["val"]],
-                "wall_seconds": round(wall, 1), "trained_together_with": list(kinds),
-                "command": command,
-                "machine": f"{jax.devices()[0].platform}, {_cpu_count()} cores"}
-        save_head(ckpt_dir, configs[k], params[k], info)
-        infos[k] = info
-    if evaluate is not None:
-        for k in kinds:
-            infos[k]["acceptance_on_validation"] = evaluate(k)
-            save_head(ckpt_dir, configs[k], params[k], infos[k])
-    return infos
+
+def head_info(kind: str, config: HeadConfig, params, vocab: tuple, log: dict, wall: float,
+              hc_train: HeadsTrainConfig, corpus: CorpusConfig, kinds: tuple, command: str) -> dict:
+    """What MANIFEST records about one trained head: config, size, recipe, losses, provenance."""
+    config = {**asdict(config), "draft_vocab": f"{len(vocab)} ids, those seen in the "
+              "training corpus (the list is in the file's metadata)" if vocab else "all"}
+    return {"kind": kind, "config": config, "params": count_params(params),
+            "reuses_from_target": "wte (embedding and tied output layer), ln_f",
+            "train": asdict(hc_train), "corpus": asdict(corpus),
+            "objective": "distillation: soft cross-entropy against the frozen target's law"
+                         + (", + smooth-L1 feature regression, 2-pass test-time input"
+                            if kind == "eagle" else ""),
+            "final_val_loss": log["val"][-1][1][kind],
+            "val_loss_curve": [[s, v[kind]] for s, v in log["val"]],
+            "wall_seconds": round(wall, 1), "trained_together_with": list(kinds),
+            "command": command, "machine": machine()}
 
 
 def acceptance_probe(ckpt_dir: str | Path, method: str, gamma: int = 4, n_prompts: int = 8,
@@ -221,7 +240,8 @@ def acceptance_probe(ckpt_dir: str | Path, method: str, gamma: int = 4, n_prompt
     from nanospec.decode import Bundle, needs
     from nanospec.generate import pad_prompts
     from nanospec.sampling import GREEDY
-    from nanospec.speculative import speculative_generate, state_metrics
+    from nanospec.speculative import Speculator
+    from nanospec.trace import metrics
     from nanospec.measure.workloads import workload_prompts
 
     bundle = Bundle.load(ckpt_dir, needs(method))
@@ -229,9 +249,9 @@ def acceptance_probe(ckpt_dir: str | Path, method: str, gamma: int = 4, n_prompt
     prompts = workload_prompts("facts", n_prompts, seed=1)
     tokens, lengths = pad_prompts([bundle.tok.encode_prompt(p) for p in prompts], tcfg.n_ctx)
     drafter, dparams = bundle.drafter(method)
-    state = speculative_generate(tgraph, tparams, tcfg, drafter, dparams, tokens, lengths,
-                                 jax.random.key(0), GREEDY, new_tokens, -1, gamma)
-    m = state_metrics(state)
+    spec = Speculator(graphdef=tgraph, cfg=tcfg, drafter=drafter, gamma=gamma, eos_id=-1)
+    state, stats = spec.run(tparams, dparams, tokens, lengths, jax.random.key(0), GREEDY, new_tokens)
+    m = metrics(*stats.counters(state))
     return {"workload": "facts (bench seed 1: fresh documents)", "prompts": n_prompts,
             "new_tokens_per_prompt": new_tokens, "gamma": gamma, "temperature": 0,
             "acceptance_rate": round(m["acceptance_rate"], 4),

@@ -137,7 +137,24 @@ def train(model_name: str, ckpt_dir: str | Path, work_dir: str | Path, tc: Train
     step, log = 0, {"train_loss": [], "val_loss": [], "wall_s": 0.0}
     if resume and state_path.is_file():
         step, params, opt_state, log = _load_state(state_path, params, opt_state)
+    train_step, validate = compile_steps(graphdef, opt, val_ids, tc)
+    params = _run_steps(cfg.name, tc, train_ids, train_step, validate, state_path, quiet,
+                        step, params, opt_state, log)
 
+    info = {
+        "config": cfg.to_dict(), "params": count_params(params), "train": asdict(tc),
+        "corpus": asdict(corpus), "train_tokens_in_corpus": int(len(train_ids)),
+        "tokens_seen": tc.steps * tc.batch_size * tc.seq_len, "wall_seconds": round(log["wall_s"], 1),
+        "final_train_loss": log["train_loss"][-1][1], "final_val_loss": log["val_loss"][-1][1],
+        "val_loss_curve": log["val_loss"], "command": command, "machine": machine(),
+    }
+    save_model(ckpt_dir, cfg, params, info)
+    return info
+
+
+def compile_steps(graphdef, opt: optax.GradientTransformation, val_ids: np.ndarray, tc: TrainConfig):
+    """(train_step, validate): one jitted optimiser step, and the mean validation loss over
+    tc.eval_batches fixed batches."""
     @jax.jit
     def train_step(params, opt_state, x, y):
         loss, grads = jax.value_and_grad(lambda p: loss_fn(graphdef, p, x, y))(params)
@@ -151,10 +168,22 @@ def train(model_name: str, ckpt_dir: str | Path, work_dir: str | Path, tc: Train
                   for i in range(tc.eval_batches)]
         return float(np.mean(losses))
 
+    return train_step, validate
+
+
+def _progress_bar(name: str, quiet: bool) -> Progress:
+    """Training's progress bar: steps, recent and validation loss, tokens per second, time left."""
+    return Progress(TextColumn(f"[bold]{name}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                    TextColumn("loss {task.fields[loss]:.3f} val {task.fields[val]:.3f}"),
+                    TextColumn("{task.fields[tps]:,.0f} tok/s"), TimeRemainingColumn(), disable=quiet)
+
+
+def _run_steps(name: str, tc: TrainConfig, train_ids: np.ndarray, train_step, validate,
+               state_path: Path, quiet: bool, step: int, params, opt_state, log: dict):
+    """Train from `step` to tc.steps: validate and log every tc.eval_every steps, save the
+    resumable state every tc.ckpt_every (and at the end). Returns the params; `log` fills in place."""
     tokens_per_step = tc.batch_size * tc.seq_len
-    progress = Progress(TextColumn(f"[bold]{cfg.name}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                        TextColumn("loss {task.fields[loss]:.3f} val {task.fields[val]:.3f}"),
-                        TextColumn("{task.fields[tps]:,.0f} tok/s"), TimeRemainingColumn(), disable=quiet)
+    progress = _progress_bar(name, quiet)
     recent: list[float] = []
     with progress:
         task = progress.add_task("train", total=tc.steps, completed=step, loss=float("nan"),
@@ -180,17 +209,7 @@ def train(model_name: str, ckpt_dir: str | Path, work_dir: str | Path, tc: Train
                 t_last = time.perf_counter()  # validation time is not training time
             if step % tc.ckpt_every == 0 or step == tc.steps:
                 _save_state(state_path, step, params, opt_state, log)
-
-    info = {
-        "config": cfg.to_dict(), "params": count_params(params), "train": asdict(tc),
-        "corpus": asdict(corpus), "train_tokens_in_corpus": int(len(train_ids)),
-        "tokens_seen": tc.steps * tokens_per_step, "wall_seconds": round(log["wall_s"], 1),
-        "final_train_loss": log["train_loss"][-1][1], "final_val_loss": log["val_loss"][-1][1],
-        "val_loss_curve": log["val_loss"], "command": command,
-        "machine": f"{jax.devices()[0].platform}, {_cpu_count()} cores",
-    }
-    save_model(ckpt_dir, cfg, params, info)
-    return info
+    return params
 
 
 def train_tokenizer(ckpt_dir: str | Path, vocab_size: int = 2048,
@@ -206,5 +225,11 @@ def train_tokenizer(ckpt_dir: str | Path, vocab_size: int = 2048,
     return tok
 
 
+def machine() -> str:
+    """The machine a run trained on, as MANIFEST records it: "cpu, 2 cores"."""
+    return f"{jax.devices()[0].platform}, {_cpu_count()} cores"
+
+
 def _cpu_count() -> int:
+    """The cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

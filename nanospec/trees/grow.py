@@ -10,18 +10,34 @@ d − 1 (a draft-model or EAGLE pass over the tree so far, an MTP module, a Medu
 - sample: each child is an independent draw from its parent's law, node_q = that law
           (SpecInfer's trees; duplicates among siblings are allowed, and needed for exactness).
 
+Which drafters grow trees is said here, not in the drafters: `propose_tree` and `commit_tree`
+are generic functions with one implementation per drafter class (functools.singledispatch), so
+drafters.py knows nothing of trees. To let a new drafter grow trees, register both for it:
+
+    propose_tree(drafter, dparams, dstate, seq, length, key, sp, tree, top)
+        -> tokens (B, N), node_q (B, N, V), dstate
+    commit_tree(drafter, dparams, dstate, hidden, emitted, start, length) -> dstate
+
+`commit_tree` sees the accepted path as a chain (the target's features along it, the emitted
+tokens); by default it is the drafter's own `commit`.
+
 What this file deliberately leaves out: choosing the tree's shape (the caller passes a `Tree`)
 and sampling siblings without replacement (trees/tree.py explains why node_q would have to change).
 """
 
+from functools import singledispatch
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nanospec.sampling import row_keys, sample
-from nanospec.trees.tree import Tree
+from nanospec.cache import rollback
+from nanospec.drafters import Drafter, DraftModel, take_rows
+from nanospec.heads.drafters import EagleDrafter, MedusaDrafter, MTPDrafter
+from nanospec.model import forward
+from nanospec.sampling import row_keys, sample, sampling_probs
+from nanospec.trees.tree import Tree, tree_positions
 
 
 class Grown(NamedTuple):  # what the draft phase hands to the verify phase
@@ -88,3 +104,110 @@ def prefixed_mask(tree: Tree, n_prefix: int) -> jax.Array:
     m[n_prefix:, :n_prefix] = True
     m[n_prefix:, n_prefix:] = tree.ancestor_mask
     return jnp.asarray(m)
+
+
+@singledispatch
+def propose_tree(drafter: Drafter, dparams, dstate, seq, length, key, sp, tree: Tree, top: bool):
+    """Grow `tree` for every row: (tokens (B, N), node_q (B, N, V), dstate)."""
+    raise NotImplementedError(f"{drafter.name} cannot grow token trees")
+
+
+def grows_trees(drafter: Drafter) -> bool:
+    """Whether `propose_tree` has an implementation for this drafter."""
+    return propose_tree.dispatch(type(drafter)) is not propose_tree.dispatch(object)
+
+
+@singledispatch
+def commit_tree(drafter: Drafter, dparams, dstate, hidden, emitted, start, length):
+    """After a tree round: the drafter sees the accepted path as a chain (its `commit`)."""
+    return drafter.commit(dparams, dstate, hidden, emitted, start, length)
+
+
+@propose_tree.register
+def _draft_model(drafter: DraftModel, dparams, cache, seq, length, key, sp, tree, top):
+    """The draft model: one pass over [second-last, root, nodes] per depth.
+
+    Each pass sees the tree grown so far through the ancestor mask; nodes not yet filled
+    hold junk that no filled node can see. The cache comes back holding every committed
+    token; the tree's nodes lie beyond, in node order, until `commit_tree`.
+    """
+    grown = plant(seq, length, tree, drafter.cfg.vocab_size)
+    cache = rollback(cache, length - 2)
+    prev = take_rows(seq, length - 2, 1)  # (B, 1)
+    positions = jnp.concatenate([(length - 2)[:, None], tree_positions(length - 1, tree)], 1)
+    mask = prefixed_mask(tree, 1)  # (N+1, N+1)
+    written = cache
+    for d in range(1, tree.max_depth + 1):
+        logits, _, written = forward(drafter.graphdef, dparams, jnp.concatenate([prev, grown.tokens], 1),
+                                     positions, cache, block_mask=mask)
+        q_nodes = sampling_probs(logits[:, 1:], sp)  # (B, N, V): the law after each node
+        grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
+    return grown.tokens, grown.node_q, rollback(written, length)
+
+
+@commit_tree.register
+def _draft_model_commit(drafter: DraftModel, dparams, cache, hidden, emitted, start, length):
+    """Re-read the emitted tokens (positions start+1..) over the tree's slots, then restore
+    the invariant: every committed token but the last two."""
+    W = emitted.shape[1]
+    positions = (start + 1)[:, None] + jnp.arange(W)  # (B, W)
+    _, _, cache = forward(drafter.graphdef, dparams, emitted, positions, rollback(cache, start + 1))
+    return rollback(cache, length - 2)
+
+
+@propose_tree.register
+def _medusa(drafter: MedusaDrafter, dparams, feat, seq, length, key, sp, tree, top):
+    """Head d's law is the same at every node of depth d − 1 (heads ignore the path)."""
+    heads, target = drafter.parts(dparams)
+    w = drafter.output_layer(target)
+    q_heads = sampling_probs(drafter.draft_logits(w, heads(target.ln_f(feat))), sp)  # (B, K, V)
+    q_nodes = q_heads[:, np.minimum(tree.depth, drafter.hc.depth - 1)]  # (B, N, V)
+    grown = plant(seq, length, tree, drafter.hc.vocab_size)
+    for d in range(1, tree.max_depth + 1):
+        grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
+    return grown.tokens, grown.node_q, feat
+
+
+@propose_tree.register
+def _mtp(drafter: MTPDrafter, dparams, feat, seq, length, key, sp, tree, top):
+    """Module d reads, at each node of depth d − 1, its parent's representation and the
+    node's own token (the root: the target's feature and the last committed token)."""
+    heads, target = drafter.parts(dparams)
+    w = drafter.output_layer(target)
+    grown = plant(seq, length, tree, drafter.hc.vocab_size)
+    B, N = grown.tokens.shape
+    h_nodes = jnp.zeros((B, N, feat.shape[-1]))
+    q_nodes = jnp.zeros(grown.node_q.shape)
+    for d in range(1, tree.max_depth + 1):
+        h_in = jnp.broadcast_to(feat[:, None], h_nodes.shape) if d == 1 else h_nodes[:, parent_index(tree)]
+        h, out = heads.layers[d - 1](h_in, target.wte(grown.tokens))  # every node: (B, N, C)
+        here = jnp.asarray(tree.depth == d - 1)[None, :, None]
+        h_nodes = jnp.where(here, h, h_nodes)
+        q_nodes = jnp.where(here, sampling_probs(drafter.draft_logits(w, out), sp), q_nodes)
+        grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
+    return grown.tokens, grown.node_q, feat
+
+
+@propose_tree.register
+def _eagle(drafter: EagleDrafter, dparams, state, seq, length, key, sp, tree, top):
+    """The root's law comes from h_{L−2}; then one pass over the tree's pairs per depth:
+    node c feeds (f̂ at its parent, its token) at position L−2+depth(c) and outputs h at c."""
+    head, _ = drafter.parts(dparams)
+    cache, h_root = state
+    grown = plant(seq, length, tree, drafter.hc.vocab_size)
+    B, N = grown.tokens.shape
+    hs = jnp.zeros((B, N, h_root.shape[-1])).at[:, 0].set(h_root)
+    q_nodes = jnp.zeros(grown.node_q.shape).at[:, 0].set(drafter.law(dparams, h_root, sp))
+    parents = parent_index(tree)[1:]
+    positions = tree_positions(length - 2, tree)[:, 1:]  # (B, N-1)
+    mask = jnp.asarray(tree.ancestor_mask[1:, 1:])
+    for d in range(1, tree.max_depth + 1):
+        if d > 1:  # the nodes of depth d − 1 now have their tokens: compute their h
+            h, _ = head.layer(drafter.step_input(dparams, hs[:, parents], grown.tokens[:, 1:]),
+                              positions, cache, block_mask=mask)  # (B, N-1, width)
+            here = jnp.asarray(tree.depth[1:] == d - 1)[None, :, None]
+            hs = hs.at[:, 1:].set(jnp.where(here, h, hs[:, 1:]))
+            q_nodes = q_nodes.at[:, 1:].set(jnp.where(
+                here, drafter.law(dparams, h, sp), q_nodes[:, 1:]))
+        grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
+    return grown.tokens, grown.node_q, state

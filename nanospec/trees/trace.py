@@ -22,7 +22,7 @@ What this file deliberately leaves out: the residual each sibling was tested aga
 
 import numpy as np
 
-from nanospec.trace import SCHEMA, _to_numpy, _top
+from nanospec.trace import SCHEMA, to_numpy, top_list
 
 
 def tree_verdicts(parents, path: list[int], n_accepted: int, children) -> list[str]:
@@ -48,7 +48,7 @@ def tree_verdicts(parents, path: list[int], n_accepted: int, children) -> list[s
 
 def events_from_tree_step(trace, tok, round_idx: int, tree, timings: dict | None = None) -> list[dict]:
     """One tree round's TreeTrace -> its events, row by row."""
-    t = _to_numpy(trace)
+    t = to_numpy(trace)
     timings = timings or {}
     children = np.asarray(tree.children)
     events: list[dict] = []
@@ -71,7 +71,7 @@ def events_from_tree_step(trace, tok, round_idx: int, tree, timings: dict | None
         else:  # the residual left after every child of the last node was rejected
             extra.update(type="resample", residual=float(t["token_prob"][b]),
                          p=float(t["token_p"][b]), q=None)
-        extra["top"] = _top(tok, t["extra_top"][0][b], t["extra_top"][1][b])
+        extra["top"] = top_list(tok, t["extra_top"][0][b], t["extra_top"][1][b])
         events.append(extra)
         k = int(t["n_emitted"][b])
         emitted = [int(x) for x in t["emitted"][b, :k]]

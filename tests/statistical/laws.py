@@ -17,8 +17,9 @@ from scipy import stats
 from nanospec.generate import pad_prompts
 from nanospec.model import GPT, ModelConfig, forward
 from nanospec.sampling import SamplingParams, sampling_probs
-from nanospec.speculative import _fused, generated, prefill, speculative_step
-from nanospec.trees.loop import _fused_tree
+from nanospec.rounds import generated
+from nanospec.speculative import Speculator
+from nanospec.trees.loop import TreeSpeculator
 
 V = 5  # vocabulary of the tiny models
 N_CTX = 16
@@ -88,11 +89,11 @@ def run_speculative(target, drafter, dparams, prompts: list[list[int]], m: int,
         tokens, lengths = pad_prompts(rows, cfg.n_ctx)
         key = jax.random.fold_in(jax.random.key(seed), c)
         if tree is None:
-            state = _fused(g, p, cfg, drafter, dparams, tokens, lengths, key, sp,
-                           jnp.int32(max_new or m), -1, gamma)
+            spec = Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=gamma, eos_id=-1)
         else:
-            state = _fused_tree(g, p, cfg, drafter, dparams, tokens, lengths, key, sp,
-                                jnp.int32(max_new or m), -1, tree, top)
+            spec = TreeSpeculator(graphdef=g, cfg=cfg, drafter=drafter, tree=tree, top=top,
+                                  eos_id=-1)
+        state, _ = spec.run(p, dparams, tokens, lengths, key, sp, max_new or m)
         for row, seq in zip(rows, generated(state, lengths)):
             out.setdefault(tuple(row), []).append(seq)
     return out
@@ -153,11 +154,12 @@ def run_first_round(target, drafter, dparams, prompt: list[int], n: int, sp: Sam
     """What the real implementation emits in its first round, for n independent rows."""
     cfg, g, p = target
     tokens, lengths = pad_prompts([prompt] * n, cfg.n_ctx)
+    spec = Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=gamma, eos_id=-1)
 
     @jax.jit
     def one_round(key):
-        state = prefill(g, p, cfg, drafter, dparams, tokens, lengths, key, gamma)
-        _, trace = speculative_step(g, p, cfg, drafter, dparams, state, sp, jnp.int32(1000), -1, gamma)
+        state = spec.prefill(p, dparams, tokens, lengths, key)
+        _, trace = spec.step(p, dparams, state, sp, jnp.int32(1000))
         return trace.emitted, trace.n_emitted
 
     emitted, count = map(np.asarray, one_round(jax.random.key(seed)))

@@ -22,6 +22,7 @@ import pytest
 import nanospec.heads.drafters
 import nanospec.speculative
 import nanospec.verify
+from nanospec.cache import rollback
 from nanospec.sampling import SamplingParams, sample_rows
 from tests.statistical.laws import (PROMPT, PROMPT_B, chi_square_pvalue, encode, exact_law,
                                     run_speculative, tiny_drafters, tiny_lm)
@@ -70,15 +71,16 @@ def test_lookup_runs_include_rounds_without_drafts(setup):
     tests above cover both kinds of round: the whole batch with none (PROMPT's last token,
     3, is new: round 1 is a one-token pass) and batches mixing rows with and without."""
     from nanospec.generate import pad_prompts
-    from nanospec.speculative import _fused
+    from nanospec.speculative import Speculator
 
     (cfg, g, p), drafters = setup
     drafter, dparams = drafters["ngram"]
     tokens, lengths = pad_prompts([list(PROMPT)] * 500 + [list(PROMPT_B)] * 500, cfg.n_ctx)
-    state = _fused(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(0),
-                   SamplingParams.make(1.0), jnp.int32(M), -1, 3)
-    rounds = np.asarray(state.hist).sum(1)
-    drafted = np.asarray(state.drafted)
+    spec = Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=3, eos_id=-1)
+    _, stats = spec.run(p, dparams, tokens, lengths, jax.random.key(0),
+                        SamplingParams.make(1.0), M)
+    rounds = np.asarray(stats.hist).sum(1)
+    drafted = np.asarray(stats.drafted)
     assert np.all(drafted <= 3 * (rounds - 1)), "round 1 has no drafts in any row"
     assert 0 < drafted.sum() and np.any(drafted < 3 * (rounds - 1)), "later rounds mix"
 
@@ -96,8 +98,14 @@ def _residual_is_p(p, q):
     return p
 
 
-def _rollback_off_by_one(new_length):
-    return new_length
+def _rollback_off_by_one(self, state, cache, n_accepted, emitted, max_new):
+    """Speculation.commit with the target cache rolled back to `length`, not `length - 1`."""
+    new, n_emit = REAL_COMMIT(self, state, cache, n_accepted, emitted, max_new)
+    kept = jnp.where(~state.done, new.length, new.cache.length)  # live rows: one slot too many
+    return new._replace(cache=rollback(new.cache, kept)), n_emit
+
+
+REAL_COMMIT = nanospec.speculative.Speculation.commit
 
 
 def _sample_at_other_temperature(key, q):
@@ -106,7 +114,7 @@ def _sample_at_other_temperature(key, q):
 
 BROKEN = {
     "residual_replaced_by_p": (nanospec.verify, "residual", _residual_is_p),
-    "rollback_off_by_one": (nanospec.speculative, "committed_cache_length", _rollback_off_by_one),
+    "rollback_off_by_one": (nanospec.speculative.Speculation, "commit", _rollback_off_by_one),
     "q_from_the_wrong_temperature": (nanospec.heads.drafters, "sample_rows",
                                      _sample_at_other_temperature),
 }

@@ -23,7 +23,8 @@ from nanospec.decode import EVERYTHING, METHODS, Bundle
 from nanospec.generate import generate, pad_prompts
 from nanospec.model import forward
 from nanospec.sampling import GREEDY
-from nanospec.speculative import generated, speculative_generate
+from nanospec.rounds import generated
+from nanospec.speculative import Speculator
 from nanospec.measure.workloads import workload_prompts
 from tests.conftest import SHIPPED
 
@@ -54,8 +55,8 @@ def _check(setup, gamma, method="draft"):
     bundle, ids, tokens, lengths, ar = setup
     cfg, g, p = bundle.models["target"]
     drafter, dparams = bundle.drafter(method)
-    state = speculative_generate(g, p, cfg, drafter, dparams, tokens, lengths,
-                                 jax.random.key(0), GREEDY, MAX_NEW, -1, gamma)
+    spec = Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=gamma, eos_id=-1)
+    state, _ = spec.run(p, dparams, tokens, lengths, jax.random.key(0), GREEDY, MAX_NEW)
     ties = []
     for row, (spec, ref) in enumerate(zip(generated(state, lengths), ar)):
         if spec == ref:

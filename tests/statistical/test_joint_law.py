@@ -2,10 +2,10 @@
 
 Tiny random transformers (vocabulary 5, `laws.tiny_pair`) make every 4-token continuation
 enumerable (625 sequences); the exact target law is the chain rule over full-recompute logits
-through the same `sampling_probs`. The real speculative loop (`_fused`, the while_loop driver:
-draft-model drafter, both KV caches, rollback, catch-up, bonus, truncation at max_new) runs N
-times as the rows of one batch, and a Pearson chi-square test (cells with expected count < 5
-pooled) compares the histogram with the exact law.
+through the same `sampling_probs`. The real speculative loop (`Speculator.run`, the
+while_loop driver: draft-model drafter, both KV caches, rollback, catch-up, bonus, truncation
+at max_new) runs N times as the rows of one batch, and a Pearson chi-square test (cells with
+expected count < 5 pooled) compares the histogram with the exact law.
 
 Each test: N = 200,000 (slow marker; the default run has a 20,000-row smoke test), threshold
 p-value > 1e-4, so the false-failure probability is 1e-4 per test (seeds are fixed, so CI is

@@ -19,6 +19,7 @@ import pytest
 import nanospec.drafters
 import nanospec.speculative
 import nanospec.verify
+from nanospec.cache import rollback
 from nanospec.drafters import DraftModel
 from nanospec.sampling import SamplingParams, sample_rows
 from tests.statistical.laws import (PROMPT, chi_square_categorical, chi_square_pvalue, encode,
@@ -44,8 +45,11 @@ def _sample_at_other_temperature(key, q):
     return sample_rows(key, jax.nn.softmax(jnp.log(q) / 0.7))  # samples at T=0.7, reports q at T=1
 
 
-def _rollback_off_by_one(new_length):
-    return new_length  # keeps one slot too many: a rejected draft stays visible in the cache
+def _rollback_off_by_one(self, state, cache, n_accepted, emitted, max_new):
+    """Speculation.commit with the target cache rolled back to `length`, not `length - 1`."""
+    new, n_emit = REAL_COMMIT(self, state, cache, n_accepted, emitted, max_new)
+    kept = jnp.where(~state.done, new.length, new.cache.length)  # live rows: one slot too many
+    return new._replace(cache=rollback(new.cache, kept)), n_emit  # a rejected draft stays visible
 
 
 def _drop_bonus(n_accepted, emitted, limit, eos_id):
@@ -55,12 +59,13 @@ def _drop_bonus(n_accepted, emitted, limit, eos_id):
 
 
 REAL_EMIT_COUNT = nanospec.speculative.emit_count
+REAL_COMMIT = nanospec.speculative.Speculation.commit
 
 BROKEN = {
     "residual_replaced_by_p": (nanospec.verify, "residual", _residual_is_p),
     "bonus_from_wrong_position": (nanospec.verify, "bonus_probs", _bonus_from_wrong_position),
     "q_from_the_wrong_temperature": (nanospec.drafters, "sample_rows", _sample_at_other_temperature),
-    "rollback_off_by_one": (nanospec.speculative, "committed_cache_length", _rollback_off_by_one),
+    "rollback_off_by_one": (nanospec.speculative.Speculation, "commit", _rollback_off_by_one),
     "bonus_dropped": (nanospec.speculative, "emit_count", _drop_bonus),
 }
 

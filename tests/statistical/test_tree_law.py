@@ -2,7 +2,7 @@
 
 Same machinery as test_joint_law.py (tiny V = 5 transformers, the exact 4-token law by
 enumeration, N runs of the fused loop as the rows of one batch, Pearson chi-square with cells
-of expected count < 5 pooled), with `tree_speculative._fused_tree` and every tree-capable
+of expected count < 5 pooled), with `trees.loop.TreeSpeculator` and every tree-capable
 drafter: the draft model, and random Medusa, EAGLE and MTP heads. Two regimes: `sample`
 (SpecInfer: siblings i.i.d. from the drafter's law, at T = 1) and `top` (deterministic top-k
 siblings, point masses, under temperature + top-k + top-p).

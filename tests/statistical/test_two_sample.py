@@ -28,7 +28,8 @@ from scipy import stats
 from nanospec.decode import EVERYTHING, METHODS, Bundle
 from nanospec.generate import generate
 from nanospec.sampling import SamplingParams
-from nanospec.speculative import generated, speculative_generate
+from nanospec.rounds import generated
+from nanospec.speculative import Speculator
 from tests.conftest import SHIPPED
 
 N, M, GAMMA, CHUNK, CTX = 8_000, 2, 2, 2_000, 32
@@ -81,11 +82,12 @@ def test_speculative_samples_match_autoregressive_samples(reference, method):
     bundle, ids, a = reference
     cfg, g, p = bundle.models["target"]
     drafter, dparams = bundle.drafter(method)
+    speculator = Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=GAMMA, eos_id=-1)
 
     def spec(key, n):
         tokens, lengths = unpadded(ids, n)
-        return generated(speculative_generate(g, p, cfg, drafter, dparams, tokens, lengths, key,
-                                              SamplingParams.make(1.0), M, -1, GAMMA), lengths)
+        state, _ = speculator.run(p, dparams, tokens, lengths, key, SamplingParams.make(1.0), M)
+        return generated(state, lengths)
 
     assert homogeneity_pvalue(a, _sample(spec, N, CHUNK, seed=2)) > 1e-4
 

@@ -12,7 +12,7 @@ import pytest
 
 from nanospec.decode import Bundle, decode
 from nanospec.aot import programs_compiled
-from nanospec.speculative import _draft_jit, _prefill_jit, _verify_jit
+from nanospec.rounds import _draft_jit, _prefill_jit, _verify_jit
 from tests.viz.pilot import run, screen_text, wait_until, widget_text
 from viz.app import DemoApp
 from viz.round_table import RoundTable

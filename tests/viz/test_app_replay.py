@@ -10,11 +10,12 @@ import sys
 
 from nanospec.trace import read_jsonl, summarize
 from tests.viz.pilot import run, screen_text, wait_until, widget_text
-from viz.app import SPEEDS, DemoApp
+from viz.app import DemoApp
 from viz.charts import ProbCharts
 from viz.playhead import Phase
 from viz.round_table import RoundTable
 from viz.rounds import load_recording
+from viz.speeds import DEMO_SPEEDS as SPEEDS
 from viz.stats_panel import StatsPanel
 from viz.text_panel import TextPanel
 

@@ -43,9 +43,9 @@ def test_registering_the_demo_command_stays_cheap():
 
 def test_only_the_live_producer_touches_the_loop():
     """viz reads events; the files that import the loop (or JAX) are the producers: live.py,
-    and race.py, which also times the untraced loop end to end."""
+    and race_timing.py, with which race mode times the untraced loop end to end."""
     loop = re.compile(r"^\s*(from|import)\s+(jax|nanospec\.(speculative|drafters|verify|model|"
                       r"sampling|generate|decode))\b", re.MULTILINE)
     importers = sorted(p.name for p in VIZ.glob("*.py") if loop.search(p.read_text(encoding="utf-8")))
     # cli.py: Bundle.load, inside the live branches only
-    assert importers == ["cli.py", "live.py", "race.py"]
+    assert importers == ["cli.py", "live.py", "race_timing.py"]

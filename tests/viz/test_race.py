@@ -151,7 +151,8 @@ def test_race_mistakes_are_one_sentence(tmp_path, capsys, argv, message):
     assert code == 2 and message in err and err.count("\n") == 1
 
 
-def test_race_doctests():
+@pytest.mark.parametrize("module", ["race", "race_timing", "race_pane", "speeds"])
+def test_race_doctests(module):
     import doctest
-    import viz.race
-    assert doctest.testmod(viz.race).failed == 0
+    import importlib
+    assert doctest.testmod(importlib.import_module(f"viz.{module}")).failed == 0

@@ -1,0 +1,76 @@
+"""Reading the command line's values: argparse types, list and tree flags, sampling settings.
+
+Shared by the `nanospec` commands (cli.py, cli_commands.py) and the visualiser's `demo`. Each
+check raises what the user can act on: argparse's ArgumentTypeError while parsing, UserError
+after, both printed as one sentence with exit code 2.
+"""
+
+import argparse
+
+from nanospec.errors import UserError
+
+INT32_MAX = 2**31 - 1
+
+
+def int_in(lo: int, hi: int = INT32_MAX):
+    """An argparse type: a whole number in [lo, hi] (JAX holds these as int32)."""
+    def parse(s):
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {s!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be between {lo} and {hi}, got {v}")
+        return v
+    return parse
+
+
+def float_arg(s):
+    """An argparse type: any number."""
+    try:
+        return float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+
+
+def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
+    """The one place sampling settings are validated (CLI, demo and benchmarks share it)."""
+    if not temperature >= 0:  # also rejects NaN
+        raise UserError(f"--temperature must be 0 (greedy) or positive, got {temperature}.")
+    if top_k < 0:
+        raise UserError(f"--top-k must be 0 (off) or positive, got {top_k}.")
+    if not 0 < top_p <= 1:
+        raise UserError(f"--top-p must be in (0, 1], got {top_p}.")
+
+
+def int_list(text: str, flag: str, lo: int, hi: int) -> list[int]:
+    """--flag 1,2,4 -> [1, 2, 4], every value in [lo, hi]."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"{flag} takes comma-separated whole numbers, got {text!r}.") from None
+    if not values or not all(lo <= v <= hi for v in values):
+        raise UserError(f"{flag} values must be between {lo} and {hi}, got {text!r}.")
+    return values
+
+
+def tree_from_widths(text: str):
+    """--tree 3,2,1 -> Tree.from_branching((3, 2, 1)); a shape it cannot build is a UserError."""
+    from nanospec.trees.tree import Tree
+    widths = int_list(text, "--tree", 1, 16)
+    try:
+        return Tree.from_branching(widths)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def parse_tree(args):
+    """generate's --tree 3,2,1 -> Tree.from_branching((3, 2, 1)); None without --tree."""
+    if args.tree is None:
+        if args.siblings is not None:
+            raise UserError("--siblings chooses how a token tree's siblings are drafted; "
+                            "it needs --tree.")
+        return None
+    if args.gamma is not None:
+        raise UserError("--tree sets how deep drafting goes (one width per level); drop --gamma.")
+    return tree_from_widths(args.tree)

@@ -1,0 +1,88 @@
+"""Speculative sampling in one screen: the reference loop. Read this first.
+
+Leviathan, Kalman and Matias (2023), "Fast Inference from Transformers via Speculative
+Decoding", Algorithm 1 — and Chen et al.'s speculative sampling, the same rule — for ONE
+sequence, as a plain Python loop. Each step of the algorithm is one line or one call:
+
+    draft     x₁..x_γ ~ q₁..q_γ            drafter.propose          (drafters.py)
+    score     p₁..p_{γ+1} in ONE pass       forward over seq + drafts (model.py)
+    accept    xᵢ with min(1, pᵢ(xᵢ)/qᵢ(xᵢ))  verify_row             (verify.py: the proof)
+    resample  y ~ norm(max(0, p_{n+1} − q_{n+1})) at the first rejection   (verify.residual)
+    bonus     y ~ p_{γ+1} if all γ were accepted                          (verify.bonus_probs)
+    rollback  drop the rejected drafts: only x₁..x_n and y are appended
+
+Nothing here is fast on purpose: the target re-reads the whole sequence every round (no KV
+cache, so rollback is free: the rejected drafts were never stored), and there is no batch and
+no `jit` around the loop. speculative.py is the same algorithm made fast — KV caches rolled
+back in place, fixed shapes, every round inside one `lax.while_loop` — and a test
+(tests/test_reference.py) shows that both emit exactly the same tokens under the same key.
+
+What this file deliberately leaves out: batches, token trees (trees/), timing and tracing.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from nanospec.drafters import Drafter
+from nanospec.model import forward
+from nanospec.rounds import round_keys
+from nanospec.sampling import SamplingParams, sampling_probs
+from nanospec.speculative import full_capacity
+from nanospec.verify import verify_row
+
+
+def target_laws(target, seq: list[int], sp: SamplingParams):
+    """The target's next-token law after every prefix of `seq`: (len(seq), V), and its
+    features (len(seq), C) — one forward pass, no cache."""
+    cfg, graphdef, params = target
+    tokens = jnp.asarray([seq], jnp.int32)  # (1, T): a batch of one
+    logits, hidden, _ = forward(graphdef, params, tokens, jnp.arange(len(seq))[None])
+    return sampling_probs(logits[0], sp), hidden
+
+
+def speculative_sampling(target, drafter: Drafter, dparams, prompt: list[int], gamma: int,
+                         sp: SamplingParams, key: jax.Array, max_new: int, eos_id: int):
+    """Generate up to `max_new` tokens after `prompt`; returns them (a list of ints).
+
+    `target` = (cfg, graphdef, params). Stops after EOS, after max_new tokens, or at the end
+    of the target's context (n_ctx tokens in all), as autoregressive sampling would."""
+    cfg = target[0]
+    seq = list(prompt)  # every committed token: the prompt, then what was generated
+    _, hidden = target_laws(target, seq, sp)
+    # The drafter's own state (a draft model's KV cache: room for a round past the end).
+    dstate = drafter.init(dparams, jnp.asarray([seq]), jnp.asarray([len(seq)]), hidden,
+                          capacity=full_capacity(cfg, gamma + 1))
+    for step in range(max_new):  # each round emits at least one token
+        n_new, L = len(seq) - len(prompt), len(seq)
+        if n_new >= max_new or (n_new and seq[-1] == eos_id) or L >= cfg.n_ctx:
+            break
+        draft_key, verify_key = round_keys(key, step)  # the key schedule (rounds.py)
+        committed, length = jnp.asarray([seq + [0] * gamma]), jnp.asarray([L])
+
+        # 1. Draft: γ guesses x₁..x_γ and the laws q₁..q_γ they were drawn from.
+        drafts, q, dstate = drafter.propose(dparams, dstate, committed, length, draft_key, sp, gamma)
+        drafts, q = drafts[0], q[0]  # (γ,), (γ, V)
+        # The drafter may propose fewer (prompt lookup, when nothing matches); none may run
+        # past the context's end.
+        n_draft = min(int(drafter.draft_length(committed, length, gamma)[0]), cfg.n_ctx - 1 - L)
+
+        # 2. Score: ONE target pass over the sequence and all γ drafts gives p₁..p_{γ+1}.
+        p, hidden = target_laws(target, seq + drafts.tolist(), sp)
+        p = p[L - 1:]  # (γ+1, V): p[i] is the law of the token after x_i (p[0]: after seq)
+
+        # 3. Accept / reject / resample / bonus: the verify rule, exactly as the fast loop
+        #    calls it (row 0's key: verify.verify keys row b with fold_in(key, b)).
+        v = verify_row(jax.random.fold_in(verify_key, 0), drafts, q, p, n_draft)
+        n = int(v.n_accepted)
+
+        # 4. Commit x₁..x_n and the extra token y; the rejected drafts simply are not kept.
+        new = drafts[:n].tolist() + [int(v.token)]
+        if eos_id in new:
+            new = new[:new.index(eos_id) + 1]
+        new = new[:max_new - n_new][:cfg.n_ctx - L]
+        emitted = jnp.asarray([new + [0] * (gamma + 1 - len(new))])
+        seq += new
+        # The drafter sees what the target saw: its features over [last, x₁..x_γ].
+        dstate = drafter.commit(dparams, dstate, hidden[:, L - 1:L + gamma], emitted,
+                                jnp.asarray([L - 1]), jnp.asarray([len(seq)]))
+    return seq[len(prompt):]

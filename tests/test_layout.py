@@ -1,0 +1,109 @@
+"""The code's shape, checked by reading it (ast; nothing is imported or run).
+
+Every .py file under nanospec/ and viz/: at most MAX_FILE_LINES lines, every function at most
+MAX_FUNCTION_LINES; no module imports another's private (single-underscore) names; and no
+drafter is asked what it can do by hasattr — what a drafter offers is its declared interface.
+Tests (this folder) may reach into private names; they are not checked.
+"""
+
+import ast
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("nanospec", "viz")
+MAX_FILE_LINES = 300
+MAX_FUNCTION_LINES = 60
+
+
+def sources() -> list[Path]:
+    """Every .py file of the checked packages."""
+    return sorted(p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py"))
+
+
+@cache
+def files() -> list[tuple[str, str, ast.Module]]:
+    """(path relative to the repository, text, syntax tree) of every checked file."""
+    out = []
+    for path in sources():
+        text = path.read_text(encoding="utf-8")
+        out.append((path.relative_to(REPO).as_posix(), text, ast.parse(text, filename=str(path))))
+    return out
+
+
+def report(what: str, offenders: list[str]) -> str:
+    """An assertion message naming every offender, one a line."""
+    return f"{len(offenders)} {what}:\n  " + "\n  ".join(offenders)
+
+
+def test_the_packages_are_found():
+    names = {name for name, _, _ in files()}
+    assert "nanospec/cli.py" in names and any(n.startswith("viz/") for n in names), sorted(names)
+
+
+def test_no_file_is_longer_than_the_limit():
+    offenders = [f"{name}: {len(text.splitlines())} lines" for name, text, _ in files()
+                 if len(text.splitlines()) > MAX_FILE_LINES]
+    assert not offenders, report(f"files over {MAX_FILE_LINES} lines", offenders)
+
+
+def test_no_function_is_longer_than_the_limit():
+    offenders = []
+    for name, _, tree in files():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    offenders.append(f"{name}:{node.lineno} {node.name}: {length} lines")
+    assert not offenders, report(f"functions over {MAX_FUNCTION_LINES} lines", offenders)
+
+
+def private_imports(tree: ast.Module) -> list[tuple[int, str, str]]:
+    """(line, module, name) of every `from nanospec/viz... import _name` (dunders allowed)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] in PACKAGES:
+            found += [(node.lineno, node.module, alias.name) for alias in node.names
+                      if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+def test_no_module_imports_another_modules_private_names():
+    offenders = [f"{name}:{line} from {module} import {imported}"
+                 for name, _, tree in files() for line, module, imported in private_imports(tree)]
+    assert not offenders, report("imports of private names", offenders)
+
+
+def drafter_hasattr_calls(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, source) of every hasattr(x, ...) whose x is a name mentioning a drafter."""
+    return [(node.lineno, ast.unparse(node)) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "hasattr" and node.args and isinstance(node.args[0], ast.Name)
+            and "drafter" in node.args[0].id.lower()]
+
+
+def test_no_drafter_is_probed_with_hasattr():
+    offenders = [f"{name}:{line} {call}"
+                 for name, _, tree in files() for line, call in drafter_hasattr_calls(tree)]
+    assert not offenders, report("hasattr probes of a drafter", offenders)
+
+
+@pytest.mark.parametrize("source, found", [
+    ("from nanospec.speculative import _fused, check_room", [(1, "nanospec.speculative", "_fused")]),
+    ("from viz.app import _Pane as P", [(1, "viz.app", "_Pane")]),
+    ("from nanospec import __version__\nfrom jax import _src\nfrom . import _x", []),
+])
+def test_private_imports_are_recognised(source, found):
+    assert private_imports(ast.parse(source)) == found
+
+
+@pytest.mark.parametrize("source, found", [
+    ("hasattr(drafter, 'propose_tree')", [(1, "hasattr(drafter, 'propose_tree')")]),
+    ("hasattr(self.drafter, 'x') or hasattr(tree, 'x') or getattr(drafter, 'x', None)", []),
+    ("ok = hasattr(draft_model, 'x') + hasattr(Drafter, 'y')", [(1, "hasattr(Drafter, 'y')")]),
+])
+def test_drafter_probes_are_recognised(source, found):
+    assert drafter_hasattr_calls(ast.parse(source)) == found
