@@ -1,0 +1,98 @@
+# %% [markdown]
+# # Lesson 04 — One token, exactly
+#
+# **You will see** the verify rule decide a single drafted token on a vocabulary of five,
+# its output law computed exactly (it is the target's p, whatever the draft's q), and 40,000
+# draws of the real rule agreeing with it.
+#
+# **It explains** `nanospec/verify.py`: `accept_reject`, `residual`, `verify_row`.
+#
+# The draft proposes x ~ q. The rule accepts it with probability min(1, p(x)/q(x)); if it is
+# rejected, it draws a replacement from the residual norm(max(0, p − q)). A token y then comes
+# out in one of two ways:
+#
+#     drafted and accepted:   q(y) · min(1, p(y)/q(y)) = min(q(y), p(y))
+#     rejected, then drawn:   P(reject) · max(0, p(y) − q(y)) / Σ_z max(0, p(z) − q(z))
+#
+# P(reject) = 1 − Σ_z min(q(z), p(z)) = Σ_z max(0, p(z) − q(z)), so the second line is just
+# max(0, p(y) − q(y)), and min(q, p) + max(0, p − q) = p. The output law is the target's.
+
+# %%
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import stats
+
+from nanospec.teach import bar, claim, console, table
+from nanospec.verify import residual, verify_row
+
+p = np.array([0.40, 0.25, 0.20, 0.10, 0.05])  # the target's law
+q = np.array([0.10, 0.45, 0.05, 0.30, 0.10])  # the draft's law: often wrong
+
+# %% [markdown]
+# ## The worked example of verify.py first
+#
+# p = [.6 .4], q = [.9 .1], draft x = 0: accepted with .6/.9 = 2/3. Rejected a third of the
+# time, and then the residual max(0, p − q) = [0 .3] always gives token 1. So
+# P(0) = .9 · 2/3 = .6 = p(0).
+
+# %%
+p2, q2 = np.array([0.6, 0.4]), np.array([0.9, 0.1])
+claim(np.isclose(q2[0] * min(1, p2[0] / q2[0]), p2[0]), "the worked example gives P(0) = 0.6 = p(0)")
+claim(np.allclose(np.asarray(residual(jnp.asarray(p2), jnp.asarray(q2))), [0.0, 1.0]),
+      "its residual puts all its mass on token 1")
+
+# %% [markdown]
+# ## The law of the output token, by enumeration
+#
+# For every token y: the mass that arrives by acceptance, min(q, p), and the mass that arrives
+# from the residual after a rejection.
+
+# %%
+accepted = np.minimum(q, p)
+reject = 1 - accepted.sum()
+from_residual = reject * np.asarray(residual(jnp.asarray(p), jnp.asarray(q)))
+law = accepted + from_residual
+table("one drafted token, decided by the verify rule",
+      ["token", "q", "p", "accepted: min(q, p)", "residual share", "output law", ""],
+      [[y, f"{q[y]:.2f}", f"{p[y]:.2f}", f"{accepted[y]:.3f}", f"{from_residual[y]:.3f}",
+        f"{law[y]:.3f}", bar(law[y], 0.4, 10)] for y in range(5)])
+claim(np.allclose(law, p, atol=1e-7), "the output law equals p exactly (to float precision)")
+
+# %% [markdown]
+# ## Now the real rule, 40,000 times
+#
+# `verify_row` with γ = 1: draw x from q, decide it, and keep the token that comes out (x if
+# accepted, else the residual's draw). A chi-square goodness-of-fit test against p with 4
+# degrees of freedom: if the rule is exact, a p-value below 1e-4 happens one run in 10,000,
+# which is this claim's false-failure probability.
+
+# %%
+N = 40_000
+P, Q = jnp.asarray(p, jnp.float32), jnp.asarray(q, jnp.float32)
+
+
+def one_round(key):
+    k_draft, k_verify = jax.random.split(key)
+    x = jax.random.choice(k_draft, 5, p=Q)
+    v = verify_row(k_verify, x[None], Q[None], jnp.stack([P, P]))
+    return jnp.where(v.n_accepted == 1, x, v.token), v.n_accepted
+
+
+out, n_acc = jax.jit(jax.vmap(one_round))(jax.random.split(jax.random.key(4), N))
+counts = np.bincount(np.asarray(out), minlength=5)
+pvalue = stats.chisquare(counts, N * p).pvalue
+table(f"{N:,} draws", ["token", "expected", "observed"],
+      [[y, f"{N * p[y]:.0f}", counts[y]] for y in range(5)])
+console.print(f"acceptance rate {float(np.mean(n_acc)):.3f} (exactly Σ min(q, p) = {accepted.sum():.3f})")
+claim(pvalue > 1e-4, f"the sampled tokens fit p (chi-square p-value {pvalue:.3f} > 1e-4)")
+claim(abs(float(np.mean(n_acc)) - accepted.sum()) < 4 * np.sqrt(0.25 / N),
+      "the acceptance rate is Σ min(q, p), within 4 standard errors (false-failure "
+      "probability 6e-5)")
+
+# %% [markdown]
+# ## What to take away
+#
+# The draft only decides how often we are *lucky* (the acceptance rate, Σ min(q, p) = 0.55
+# here); the residual repairs every unlucky case so that the output is distributed exactly as
+# p. Lesson 05 breaks the rule in four tempting ways and measures the damage.

@@ -1,0 +1,90 @@
+# %% [markdown]
+# # Lesson 06 — The whole loop: bonus token, rollback, the cache invariant
+#
+# **You will see** the reference loop and the fast loop object write the same tokens at
+# T = 1, round by round, with the bonus tokens and the rejected drafts pointed out; and the
+# fast loop's KV cache holding exactly what it should after every round.
+#
+# **It explains** `nanospec/speculative.py` (`Speculator`: prefill / draft / verify / commit
+# / step / run), `nanospec/rounds.py` (its two drivers) and `nanospec/cache.py` (rollback).
+#
+# A round of γ drafts emits n + 1 tokens: the n accepted drafts and one more — the residual's
+# draw after a rejection, or, when all γ were accepted, a *bonus* token from p_{γ+1}, which the
+# verify pass computed anyway. The target's KV cache then holds the block's keys and values
+# for every position it saw, rejected drafts included; instead of copying anything, the loop
+# sets the cache's length back (rollback), so the stale slots are simply never read.
+
+# %%
+import jax
+import numpy as np
+
+from nanospec.generate import pad_prompts
+from nanospec.model import forward
+from nanospec.reference import speculative_sampling
+from nanospec.rounds import generated
+from nanospec.sampling import SamplingParams
+from nanospec.speculative import Speculator
+from nanospec.teach import claim, console, shipped, table
+
+bundle = shipped("target", "draft")
+tok = bundle.tok
+cfg, graphdef, params = target = bundle.models["target"]
+drafter, dparams = bundle.drafter("draft")
+PROMPT, GAMMA, N, SEED = "The population of Peru is about", 4, 32, 3
+T1 = SamplingParams.make(1.0)
+ids = tok.encode_prompt(PROMPT)
+tokens, lengths = pad_prompts([ids], cfg.n_ctx)
+loop = Speculator(graphdef=graphdef, cfg=cfg, drafter=drafter, gamma=GAMMA, eos_id=tok.eos_id)
+
+# %% [markdown]
+# ## Round by round (the step-wise driver)
+
+# %%
+rows, last, invariant = [], None, True
+for r, rnd in enumerate(loop.rounds(params, dparams, tokens, lengths, jax.random.key(SEED), T1, N)):
+    t, v = rnd.trace, rnd.trace.verdict
+    n, k = int(v.n_accepted[0]), int(rnd.trace.n_emitted[0])
+    drafts = [tok.token_str(int(x)) for x in t.drafts[0]]
+    rows.append([r + 1, " ".join(repr(d) for d in drafts[:n]) or "—",
+                 repr(drafts[n]) if n < GAMMA else "—",
+                 ("★ " if bool(v.is_bonus[0]) else "↻ ") + repr(tok.token_str(int(v.token[0]))), k])
+    # The cache invariant: every committed token but the last (it leads the next block).
+    invariant &= int(rnd.state.cache.length[0]) == int(rnd.state.length[0]) - 1
+    last = rnd
+table(f"{PROMPT!r}, γ = {GAMMA}, T = 1", ["round", "accepted", "rejected", "extra token", "emitted"],
+      rows)
+claim(invariant, "after every round the target's cache held the committed length − 1 tokens")
+
+# %% [markdown]
+# ## Two loops, one text
+#
+# The same key gives the reference loop (plain Python, no cache) and the loop object the same
+# tokens: the key schedule (`rounds.round_keys`) depends only on the round number. (The
+# step-wise driver above runs the very functions that `loop.run` fuses into one
+# `lax.while_loop`; tests/test_reference.py checks all three against each other.)
+
+# %%
+state, stats = last.state, last.stats
+fast = generated(state, lengths)[0]
+reference = speculative_sampling(target, drafter, dparams, ids, GAMMA, T1, jax.random.key(SEED),
+                                 N, tok.eos_id)
+console.print(PROMPT + tok.decode(t for t in fast if t != tok.eos_id))
+claim(reference == fast, f"the reference loop and the loop object wrote the same {len(fast)} tokens")
+
+# %% [markdown]
+# ## Rollback left nothing visible
+#
+# After the run, the cache's first length − 1 slots must equal a fresh pass over the committed
+# text: every rejected draft's keys and values were overwritten or lie past the length.
+
+# %%
+n = int(state.cache.length[0])
+_, _, fresh = forward(graphdef, params, state.seq[:, :n], np.arange(n)[None])
+gap = max(float(np.max(np.abs(np.asarray(state.cache.k[i][0, :n]) - np.asarray(fresh.k[i][0]))))
+          for i in range(cfg.n_layer))
+hist = [int(x) for x in stats.hist[0]]
+console.print(f"rounds by drafts accepted: {hist}; bonus tokens: {hist[GAMMA]}")
+claim(n == int(state.length[0]) - 1, "the cache holds every committed token but the last")
+claim(gap < 1e-3, f"its keys equal a fresh pass over the text (largest difference {gap:.1e})")
+claim(sum((k + 1) * c for k, c in enumerate(hist)) >= len(fast),
+      "every round emitted its accepted drafts plus one token (the last one maybe cut short)")
