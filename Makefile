@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-fast bench eval retrain clean
+.PHONY: demo test test-fast lessons bench eval retrain clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,12 +17,19 @@ demo: $(VENV)/.installed
 
 # Everything, the large-N statistical runs included (this is what CI runs), on up to four
 # worker processes (pytest-xdist): XLA compiles on one core, so two workers nearly halve it.
+# --durations=25 ends the run with the slowest tests: where the 30-minute budget goes.
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest -m "slow or not slow" -q -n auto --maxprocesses 4
+	$(BIN)/python -m pytest -m "slow or not slow" -q -n auto --maxprocesses 4 --durations=25
 
 # The fast layer only, for the edit-test loop.
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -m "not slow" -q
+
+# Every lesson in order, as a learner runs it, with how long each took (FIGURES=1: also write
+# the figures to runs/lessons/, which needs the optional matplotlib extra).
+lessons: $(VENV)/.installed
+	$(if $(FIGURES),$(BIN)/python -m pip install --quiet -e '.[figures]')
+	$(BIN)/python -m nanospec.teach $(if $(FIGURES),--figures)
 
 bench: $(VENV)/.installed
 	$(BIN)/nanospec bench --json bench-facts-greedy.json

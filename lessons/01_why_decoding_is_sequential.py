@@ -18,7 +18,7 @@
 import statistics
 
 from nanospec.measure.probes import FORWARD_CALLS, forward_probe, interleaved_samples
-from nanospec.teach import bar, claim, console, shipped, table
+from nanospec.teach import bar, claim, console, figure, shipped, table
 
 bundle = shipped("target")
 target = bundle.models["target"]
@@ -42,6 +42,17 @@ rows = [[b, f"{ms[b]:.2f}", f"{ms[b] / ms[1]:.2f}×", f"{ms[b] / b:.2f}", bar(ms
         for b in BLOCKS]
 table("one target pass over b new tokens (64 cached)",
       ["b", "ms per pass", "vs b = 1", "ms per token", ""], rows)
+
+
+def cost_curve(ax):  # for a slide: what b tokens cost in one pass, against b separate passes
+    ax.plot(BLOCKS, [ms[b] for b in BLOCKS], "o-", label="one pass over b tokens")
+    ax.plot(BLOCKS, [b * ms[1] for b in BLOCKS], "--", label="b passes over one token")
+    ax.set(xlabel="new tokens b", ylabel="ms", xscale="log", xticks=BLOCKS, xticklabels=BLOCKS,
+           title="The target's cost per pass, on this machine")
+    ax.legend()
+
+
+figure("01_pass_cost", cost_curve)
 
 # %% [markdown]
 # ## What the numbers say

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from nanospec.teach import bar, claim, console, table
+from nanospec.teach import bar, claim, console, figure, table
 from nanospec.verify import residual, verify_row
 
 p = np.array([0.40, 0.25, 0.20, 0.10, 0.05])  # the target's law
@@ -58,6 +58,17 @@ table("one drafted token, decided by the verify rule",
       [[y, f"{q[y]:.2f}", f"{p[y]:.2f}", f"{accepted[y]:.3f}", f"{from_residual[y]:.3f}",
         f"{law[y]:.3f}", bar(law[y], 0.4, 10)] for y in range(5)])
 claim(np.allclose(law, p, atol=1e-7), "the output law equals p exactly (to float precision)")
+
+
+def stacked(ax):  # for a slide: the two routes by which each token comes out, stacked up to p
+    ax.bar(range(5), accepted, label="drafted and accepted: min(q, p)")
+    ax.bar(range(5), from_residual, bottom=accepted, label="rejected, then the residual")
+    ax.scatter(range(5), q, marker="_", s=400, color="k", label="the draft's q")
+    ax.set(xlabel="token", ylabel="probability", title="Output law of one verified token = p")
+    ax.legend()
+
+
+figure("04_output_law", stacked)
 
 # %% [markdown]
 # ## Now the real rule, 40,000 times

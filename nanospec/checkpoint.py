@@ -156,7 +156,9 @@ def load_model_file(path: str | Path):
         cfg = ModelConfig.from_dict(config)
     except Exception as e:
         raise UserError(f"{path} is not a valid nanospec checkpoint ({type(e).__name__}).") from None
-    graphdef, params = nnx.split(GPT(cfg, nnx.Rngs(0)))
+    # Shapes only (nnx.eval_shape): running the random initialisers just to overwrite them
+    # cost ~50 small compiles, most of the time a load took.
+    graphdef, params = nnx.split(nnx.eval_shape(lambda: GPT(cfg, nnx.Rngs(0))))
     load_tensors_into(params, tensors, where=str(path))
     return cfg, graphdef, params
 

@@ -7,6 +7,7 @@
     nanospec eval  [--models target,draft]          facts and function-word accuracy
     nanospec bench [--methods ar,draft] [--gamma 1,2,4,6,8] [--temperature T]
                    [--workload facts|repetitive|code] [--json FILE]
+    nanospec exercise list | check N [--file PATH]  the workshop's exercises (exit 1: a check failed)
 
 Every problem a user can fix (bad path, bad prompt, out-of-range setting) is reported as one
 sentence on stderr with exit code 2 — never a traceback.
@@ -23,7 +24,7 @@ from pathlib import Path
 from nanospec import compile_cache
 # check_sampling, int_in and float_arg are imported from here by the visualiser (viz/) and tests.
 from nanospec.cli_args import check_sampling, float_arg, int_in  # noqa: F401
-from nanospec.cli_commands import cmd_bench, cmd_eval, cmd_generate, cmd_train
+from nanospec.cli_commands import cmd_bench, cmd_eval, cmd_exercise, cmd_generate, cmd_train
 from nanospec.errors import UserError
 
 DEFAULT_CKPT = Path(__file__).resolve().parent.parent / "checkpoints"
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="nanospec", description="Speculative decoding, from scratch.")
     p.add_argument("--checkpoints", default=str(DEFAULT_CKPT), help="folder of shipped weights")
     sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    for add in (add_generate, add_train, add_eval, add_bench):
+    for add in (add_generate, add_train, add_eval, add_bench, add_exercise):
         add(sub)
     # Other packages add subcommands through the "nanospec.commands" entry-point group (the
     # visualiser registers `demo` this way), so this library never imports them itself.
@@ -125,19 +126,30 @@ def add_bench(sub) -> None:
     b.set_defaults(func=cmd_bench)
 
 
+def add_exercise(sub) -> None:
+    """`nanospec exercise`'s arguments (the workshop track in lessons/exercises/)."""
+    x = sub.add_parser("exercise", help="list the workshop exercises or check your solution")
+    x.add_argument("action", choices=["list", "check"])
+    x.add_argument("number", nargs="?", type=int_in(1, 99), default=None,
+                   help="which exercise to check")
+    x.add_argument("--file", default=None, metavar="PATH",
+                   help="check this file (default: the exercise's own file in lessons/exercises/)")
+    x.set_defaults(func=cmd_exercise)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one `nanospec` command; the exit code (2: a mistake the user can fix, told in one line)."""
     args = build_parser().parse_args(argv)
     compile_cache.enable()  # before anything compiles: a repeated command loads, not compiles
     try:
-        args.func(args)
+        code = args.func(args)
     except UserError as e:
         print(f"nanospec: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("nanospec: interrupted.", file=sys.stderr)
         return 130
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

@@ -204,3 +204,15 @@ def _bench_workloads(text: str) -> list[str]:
         raise UserError(f"--workload takes 'all' or a comma-separated list of "
                         f"{', '.join(WORKLOADS)}, got {text!r}.")
     return workloads
+
+
+def cmd_exercise(args) -> int:
+    """`nanospec exercise list` / `check N [--file PATH]`: exit 1 when a check fails."""
+    from nanospec.exercises.sheet import check, listing
+    if args.action == "list":
+        for number, signature, stub in listing():
+            print(f"{number}  {signature:<58} {stub}")
+        return 0
+    if args.number is None:
+        raise UserError("Say which exercise to check, e.g. `nanospec exercise check 1`.")
+    return 0 if check(args.number, args.file) else 1

@@ -3,16 +3,34 @@
 A lesson *asserts* what it teaches: `claim(ok, sentence)` prints the sentence with a ✓, or
 exits with status 1 and a ✗ — so a lesson that stops being true fails in `make test`, exactly
 as a learner would see it fail.
+
+Figures: the terminal gets rich tables and bars; run a lesson with `--figures` and
+`figure(name, draw)` also writes runs/lessons/<name>.svg for a slide (matplotlib, the optional
+`figures` extra: `pip install -e '.[figures]'`; $NANOSPEC_FIGURES names another folder).
+
+`python -m nanospec.teach [--figures]` (`make lessons`) runs every lesson in order, each as
+its own process exactly as a learner runs it, and prints how long each took.
 """
 
+import io
+import json
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
+from nanospec import compile_cache
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED = REPO / "checkpoints"
+LESSONS = REPO / "lessons"
+FIGURES = Path(os.environ.get("NANOSPEC_FIGURES", REPO / "runs" / "lessons"))
 console = Console()
+compile_cache.enable()  # as the CLI does: a lesson run again loads its programs, not compiles
 
 
 def shipped(*names: str):
@@ -45,3 +63,56 @@ def table(title: str, columns: list[str], rows: list[list]) -> None:
     for r in rows:
         t.add_row(*[str(x) for x in r])
     console.print(t)
+
+
+def figure(name: str, draw) -> None:
+    """With `--figures` on the lesson's command line, call `draw(ax)` on a fresh matplotlib
+    axes and write the figure to runs/lessons/<name>.svg (all or nothing); without it, do
+    nothing. Asked for without matplotlib installed: one sentence and exit status 2."""
+    if "--figures" not in sys.argv[1:]:
+        return
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        console.print("--figures needs matplotlib: pip install -e '.[figures]'")
+        sys.exit(2)
+    from nanospec.fileio import atomic_write
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
+    draw(ax)
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg")
+    plt.close(fig)
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    atomic_write(FIGURES / f"{name}.svg", buf.getvalue())
+    console.print(f"figure written: {FIGURES / f'{name}.svg'}")
+
+
+def lesson_files() -> list[Path]:
+    """Every numbered lesson, in order: lessons/NN_topic.py."""
+    return sorted(LESSONS.glob("[0-9][0-9]_*.py"))
+
+
+def run_all(flags: list[str]) -> int:
+    """Run every lesson in order as a learner would; print and save (runs/lessons/timings.json)
+    how long each took. Stops at the first lesson that fails; its exit status is returned."""
+    from nanospec.fileio import atomic_write
+    seconds = {}
+    for path in lesson_files():
+        console.rule(path.name)
+        start = time.perf_counter()
+        code = subprocess.run([sys.executable, str(path), *flags], cwd=REPO).returncode
+        seconds[path.name] = round(time.perf_counter() - start, 1)
+        if code != 0:
+            console.print(f"[red]{path.name} failed (exit status {code}).[/]")
+            return code
+    table("lessons, wall time on this machine", ["lesson", "seconds", ""],
+          [[name, f"{s:.1f}", bar(s, 45, 30)] for name, s in seconds.items()])
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    atomic_write(FIGURES / "timings.json", json.dumps(seconds, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_all(sys.argv[1:]))

@@ -138,6 +138,10 @@ def metrics(hist: list[int], generated: int, drafted: int | None = None) -> dict
     (unless given: a drafter that may propose fewer than γ counts what it proposed), and
     draft i was accepted in every round that accepted at least i drafts.
 
+    `per_position_acceptance[i]` is that share of ALL rounds — P(drafts 1..i+1 accepted) — not
+    the rate once reached (P(draft i+1 | drafts 1..i accepted)), which is the ratio of two
+    neighbours: [.5, .5] below means draft 2 was always accepted once draft 1 was.
+
     >>> m = metrics([1, 0, 1], generated=4)   # γ = 2: one round accepted 0, one accepted 2
     >>> m["acceptance_rate"], m["mean_acceptance_length"], m["per_position_acceptance"]
     (0.5, 2.0, [0.5, 0.5])

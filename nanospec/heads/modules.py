@@ -194,6 +194,6 @@ def load_head(ckpt_dir: str | Path, kind: str):
         hc = HeadConfig(**fields)
     except Exception as e:
         raise UserError(f"{path} is not a valid nanospec head checkpoint ({type(e).__name__}).") from None
-    graphdef, params = nnx.split(build(hc))
+    graphdef, params = nnx.split(nnx.eval_shape(lambda: build(hc)))  # shapes only: see load_model_file
     load_tensors_into(params, tensors, where=str(path))
     return hc, graphdef, params

@@ -1,0 +1,257 @@
+# %% [markdown]
+# # Lesson 14 — Token trees: several drafts per position, one target pass
+#
+# **You will see** a tree of 8 drafts (two chains of 4 under one root) with the mask and
+# positions that let the target score it in ONE pass; SpecInfer's rule trying siblings one
+# after another, its output law computed exactly (it is p); a real round drawn node by node;
+# then tokens per target pass for the tree and for chains, what a wide pass costs on this CPU,
+# and where, by the cost model, the tree would pay.
+#
+# **It explains** `nanospec/trees/tree.py` (`Tree`, `sibling_laws`, `sibling_outcome`, the
+# walk `verify_tree`), `nanospec/trees/grow.py` (sampled or top-k children) and
+# `nanospec/trees/loop.py` (`TreeSpeculator`).
+#
+# A chain of γ drafts dies at its first rejection. A tree hedges: a node may have several
+# children, and when one is rejected the next sibling gets a try. The target scores every node
+# at once: each node attends only to itself and its ancestors, at position root + depth.
+
+# %%
+import itertools
+import statistics
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nanospec.decode import make_loop
+from nanospec.generate import pad_prompts
+from nanospec.measure.probes import FORWARD_CALLS, forward_probe, interleaved_samples
+from nanospec.measure.workloads import workload_prompts
+from nanospec.sampling import SamplingParams
+from nanospec.teach import bar, claim, console, figure, shipped, table
+from nanospec.trees.trace import events_from_tree_step
+from nanospec.trees.tree import Tree, sibling_laws, sibling_outcome
+
+bundle = shipped("target", "draft")
+tok, target = bundle.tok, bundle.models["target"]
+cfg, graphdef, params = target
+tree = Tree.from_branching((2, 1, 1, 1))  # `nanospec bench --tree 2,1,1,1`: 9 nodes, depth 4
+
+# %% [markdown]
+# ## The tree as the target sees it
+#
+# Node 0 is the last committed token (the root, at position L−1 when L tokens are committed);
+# the drafts follow in breadth-first order. Row i of `tree.ancestor_mask` is what node i may
+# attend to in the block (■), besides the committed text in the cache: the verify pass is an
+# ordinary pass over 9 tokens with this mask in place of the causal one, so node 4 never sees
+# node 1, a rival guess for the token before it.
+
+# %%
+table("Tree.from_branching((2, 1, 1, 1))", ["node", "parent", "position", "attends to 0..8"],
+      [[c, tree.parents[c] if c else "—", f"L−1+{tree.depth[c]}",
+        " ".join("■" if s else "·" for s in tree.ancestor_mask[c])] for c in range(tree.size)])
+
+# %% [markdown]
+# ## Siblings, one after another (tree.py's worked example)
+#
+# Under a parent where the target's law is p, child k is tested against r_k: r_0 = p, and each
+# rejection replaces r by norm(max(0, r − q_k)), the residual of the sibling just rejected.
+# Accept with min(1, r_k(x)/q_k(x)) as in lesson 04; if every child is rejected, draw from what
+# is left. Top-2 siblings are point masses (q_k = one-hot) on tokens 0 and 1; p = [.5 .3 .2]:
+
+# %%
+fmt = lambda law: "  ".join(f"{float(x):.2f}" for x in law)
+p3, onehots = jnp.array([0.5, 0.3, 0.2]), jnp.eye(3)[:2]
+rs, left = jax.jit(sibling_laws)(p3, onehots, jnp.ones(2, bool))
+acc, _ = jax.jit(sibling_outcome)(p3, onehots, jnp.array([0, 1]))
+table("two siblings", ["sibling", "token", "tested against r", "accepted with"],
+      [[k, k, fmt(rs[k]), f"{float(acc[k]):.2f}"] for k in range(2)]
+      + [["all rejected", "—", fmt(left), "draw from it"]])
+console.print("P(0) = .5, P(1) = .5·.6 = .3, P(2) = .5·.4 = .2: p again. A chain (sibling 0 "
+              "alone) moves on half the time, the pair 80% of the time.")
+
+# %% [markdown]
+# ## The law, by enumeration
+#
+# Lesson 04's p and q on five tokens. For every tuple of siblings, `sibling_outcome` gives
+# a_k = P(sibling k accepted | the ones before it rejected) and the residual left at the end:
+# P(y) = Σ_tuples P(tuple)·[Σ_k Π_{j<k}(1 − a_j)·a_k·1{x_k = y} + Π_j(1 − a_j)·left(y)],
+# in float64. `grow.py` draws sampled siblings i.i.d. from q (with replacement: duplicates
+# allowed) or takes q's top m as point masses. Then tree.py's warning: two siblings drawn
+# WITHOUT replacement but tested as if each were drawn from q.
+
+# %%
+p = np.array([0.40, 0.25, 0.20, 0.10, 0.05])  # the target's law at the parent
+q = np.array([0.10, 0.45, 0.05, 0.30, 0.10])  # the draft's law there
+with jax.enable_x64(True):
+    outcomes = jax.jit(jax.vmap(sibling_outcome, in_axes=(None, 0, 0)))
+
+    def leaving_law(p, xs, node_qs, weights):
+        """Law of the token that leaves the parent: sibling tuples xs (T, m) with
+        probabilities weights (T,), each sibling tested as drawn from node_qs (T, m, V)."""
+        a, left = map(np.asarray, outcomes(jnp.asarray(p), jnp.asarray(node_qs), jnp.asarray(xs)))
+        before = np.cumprod(np.c_[np.ones(len(xs)), 1 - a], axis=1)  # all earlier rejected
+        law = (weights * before[:, -1]) @ left
+        for k in range(xs.shape[1]):
+            np.add.at(law, xs[:, k], weights * before[:, k] * a[:, k])
+        return law
+
+    def sampled(m):  # every tuple of m i.i.d. draws from q
+        xs = np.array(list(itertools.product(range(5), repeat=m)))
+        return leaving_law(p, xs, np.broadcast_to(q, (*xs.shape, 5)), q[xs].prod(1))
+
+    def top(m):  # q's m likeliest tokens, each a point mass
+        xs = np.argsort(-q)[None, :m]
+        return leaving_law(p, xs, np.eye(5)[xs], np.ones(1))
+
+    laws = {"sampled ×2": sampled(2), "sampled ×3": sampled(3), "top-2": top(2), "top-3": top(3)}
+    p_w, q_w = np.array([0.0, 0.2, 0.8]), np.array([0.9, 0.1, 0.0])
+    xs_w = np.array(list(itertools.permutations(range(3), 2)))
+    w_w = q_w[xs_w[:, 0]] * q_w[xs_w[:, 1]] / (1 - q_w[xs_w[:, 0]])  # the 2nd: q without the 1st
+    wrong = leaving_law(p_w, xs_w, np.broadcast_to(q_w, (*xs_w.shape, 3)), w_w)
+gap = {name: float(np.abs(law - p).max()) for name, law in laws.items()}
+table("the token that leaves the parent", ["siblings", *(f"P({y})" for y in range(5)), "|P − p|"],
+      [[name, *(f"{x:.4f}" for x in law), f"{gap[name]:.0e}"] for name, law in laws.items()]
+      + [["target p", *(f"{x:.4f}" for x in p), ""]])
+console.print(f"without replacement: p = {fmt(p_w)}, q = {fmt(q_w)} gives P = {fmt(wrong)}")
+claim(max(gap.values()) < 1e-12, f"sampled and top-k siblings both leave with law p "
+      f"(largest error {max(gap.values()):.0e}, float64)")
+claim(abs(wrong[1] - 1) < 1e-12, "drawn without replacement but tested against q, token 1 comes "
+      "out every time instead of 20%: node_q must be the law each sibling was drawn from")
+
+# %% [markdown]
+# ## A real round
+#
+# The tree loop (`TreeSpeculator`, from `make_loop`) with the shipped draft model, SpecInfer's
+# way: sampled siblings at T = 1, on 16 facts prompts of the benchmark, 32 tokens each. Beside
+# it, round for round, a chain of γ = 8: as many tokens per target pass (9) as the tree. The
+# step-wise driver (`loop.rounds`) hands over each round's trace and time.
+
+# %%
+T1, N = SamplingParams.make(1.0), 32
+tokens, lengths = pad_prompts([tok.encode_prompt(s) for s in workload_prompts("facts", 16)],
+                              cfg.n_ctx)
+running = {k: lp.rounds(params, dp, tokens, lengths, jax.random.key(0), T1, N) for k, (lp, dp)
+           in {"tree": make_loop(bundle, "draft", tree=tree, top=False),
+               "chain": make_loop(bundle, "draft", gamma=8)}.items()}
+done = {k: [] for k in running}  # (trace, seconds) of every round, the two loops interleaved
+while running:
+    for k in list(running):
+        r = next(running[k], None)
+        if r is None:
+            del running[k]
+        else:
+            done[k].append((r.trace, r.seconds["draft_s"] + r.seconds["verify_s"]))
+
+# %% [markdown]
+# One round of the tree: every draft with q (its probability under the law it was drawn
+# from), p (under the target's law at its parent) and what the walk did with it
+# (`trees/trace.py`). We show a round where the first child was rejected and the second
+# accepted, if the run had one.
+
+# %%
+first, second = tree.children[0, :2]
+picks = [(i, b) for i, (t, _) in enumerate(done["tree"])
+         for b in np.flatnonzero(np.asarray(t.live) & (np.asarray(t.path)[:, 1] == second))]
+i, b = (picks or [(0, 0)])[0]
+events = [e for e in events_from_tree_step(done["tree"][i][0], tok, i, tree) if e["row"] == b]
+nodes = {n["node"]: n for e in events if e["type"] == "tree" for n in e["nodes"]}
+extra = next(e for e in events if e["type"] in ("resample", "bonus"))
+
+
+def draw(c, indent=""):
+    kids = [k for k in tree.children[c] if k >= 0]
+    for j, k in enumerate(kids):
+        n, end = nodes[k], j == len(kids) - 1
+        console.print(f"{indent}{'└── ' if end else '├── '}{k} {n['text']!r:12} "
+                      f"q {n['q']:.2f}  p {n['p']:.2f}  {n['verdict']}", markup=False)
+        draw(k, indent + ("    " if end else "│   "))
+
+
+root = tok.token_str(int(done["tree"][i][0].tokens[b, 0]))
+console.print(f"round {i + 1} of prompt {b}, root {root!r}", markup=False)
+draw(0)
+console.print(f"and then the {extra['type']} token {extra['text']!r}", markup=False)
+
+# %% [markdown]
+# ## Tokens per target pass
+#
+# Every round is one target pass. A third row comes free: node 1 and its descendants are a
+# chain of 4, drawn from the same laws and tested first, against p, by the same rule. So in
+# each round that chain alone would have accepted what the tree did when the path went through
+# node 1, and nothing otherwise. (Rounds are counted per row: 16 rows, 32 tokens each.) The
+# claim below fails only if the chain's mean falls below the tree's: with the gap z standard
+# errors wide, that has probability about Φ(−z), 3e-7 at z = 5.
+
+# %%
+rows = lambda k, f: np.concatenate([np.asarray(f(t))[np.asarray(t.live)] for t, _ in done[k]])
+n_tree, via = rows("tree", lambda t: t.n_accepted), rows("tree", lambda t: t.path[:, 1])
+tree_tok, branch_tok = n_tree + 1, np.where(via == first, n_tree, 0) + 1
+chain_tok = rows("chain", lambda t: t.verdict.n_accepted) + 1
+E = {"chain γ=4 (first branch)": branch_tok.mean(), "tree 2,1,1,1": tree_tok.mean(),
+     "chain γ=8": chain_tok.mean()}
+width = dict(zip(E, (5, 9, 9)))  # tokens in the target pass
+table(f"tokens per target pass, T = 1 ({len(tree_tok)} tree and {len(chain_tok)} chain rounds)",
+      ["drafts", "tokens in the pass", "tokens per pass", ""],
+      [[k, width[k], f"{e:.2f}", bar(e, 9, 20)] for k, e in E.items()])
+console.print(f"the second child saved {int(np.sum(tree_tok > branch_tok))} of "
+              f"{len(tree_tok)} rounds")
+z = (chain_tok.mean() - tree_tok.mean()) / np.sqrt(
+    tree_tok.var() / len(tree_tok) + chain_tok.var() / len(chain_tok))
+claim(z > 0, f"at equal node budget the chain wins: {chain_tok.mean():.2f} tokens per pass "
+      f"against the tree's {tree_tok.mean():.2f}, {z:.1f} standard errors apart")
+
+# %% [markdown]
+# Why: this draft agrees with the target so often that an 8th draft in line is worth more than
+# a second guess at the first token. A second sample from q rarely lands where the residual
+# has its mass (where q under-proposed), so the hedge seldom pays.
+#
+# ## What a wide pass costs here
+#
+# A tree pass is a pass over N tokens with another mask: the same work. So, as in lesson 01,
+# `forward_probe` times the target over 1, 5 and 9 new tokens side by side; r(N) is a pass
+# over N tokens in one-token passes (docs/design.md §6). Drafting aside, a round costs r(N)
+# and yields E tokens: the predicted speedup over autoregressive decoding is E / r(N).
+
+# %%
+probes = {n: forward_probe(target, n) for n in (1, 5, 9)}
+ms = {n: statistics.median(s) / FORWARD_CALLS
+      for n, s in interleaved_samples(probes, repeats=5).items()}
+r = {n: ms[n] / ms[1] for n in ms}
+table("predicted speedup, drafting aside: E / r(N)", ["drafts", "r(N) here", "here", "r(N) = 1"],
+      [[k, f"{r[width[k]]:.2f}", f"{e / r[width[k]]:.2f}×", f"{e:.2f}×"]
+       for k, e in E.items()])
+E4, Et, E8 = E.values()
+crossover, here = Et / E4, r[9] / r[5]
+console.print(f"drafting aside, the tree beats the chain of its depth where r(9)/r(5) < "
+              f"{crossover:.3f} (the crossover); "
+              f"here r(9)/r(5) = {here:.3f}, so it {'wins' if here < crossover else 'loses'}")
+ms_token = {k: sum(s for _, s in done[k]) / sum(int(np.sum(t.n_emitted)) for t, _ in done[k])
+            for k in done}
+console.print(f"the two loops, timed round by round side by side: {1e3 * ms_token['tree']:.2f} "
+              f"ms per token (16 rows) for the tree, {1e3 * ms_token['chain']:.2f} for the chain")
+figure("14_token_trees", lambda ax: (
+    ax.plot(x := np.linspace(1, max(1.5, 1.1 * here), 50), crossover / x,
+            label="tree / chain of 4 (5-token pass)"),
+    ax.axhline(Et / E8, color="C1", label="tree / chain of 8 (same pass)"),
+    ax.axhline(1, color="gray", lw=0.8), ax.axvline(here, ls=":", color="k", label="this CPU"),
+    ax.set_xlabel("r(9) / r(5): the tree's pass over the 4-chain's"),
+    ax.set_ylabel("tree's predicted speed over the chain's"), ax.legend()))
+claim(r[9] > 1.2, f"here a pass over the tree's 9 tokens costs {r[9]:.2f} one-token passes")
+claim(ms_token["tree"] > ms_token["chain"], f"and the tree loses to the chain of 8 on the clock: "
+      f"{ms_token['tree'] / ms_token['chain']:.2f}× the time per token (the model, same pass: "
+      f"{E8 / Et:.2f}×)")
+
+# %% [markdown]
+# ## What to take away
+#
+# The walk is exact however the siblings are grown, as long as each one is tested against the
+# law it was really drawn from. Whether a tree pays is arithmetic on two measured things:
+# tokens per pass and what the pass costs (the last table and the line under it). Against a
+# chain with as many tokens per pass, no value of r rescues this tree: with a draft this good,
+# depth beats hedging. Against the chain of its own depth it wins only where a pass over 9
+# tokens costs at most the printed crossover times one over 5 — where both cost about one
+# pass, as on an accelerator. (The model leaves drafting aside: per round the tree's draft
+# model makes 4 passes over 10 tokens and one to re-read what was kept, the chain's 8 short
+# ones.) Trees belong with drafters that cannot go deeper (Medusa's 4 heads, lesson 11) and
+# with hardware where width is free.

@@ -1,0 +1,13 @@
+"""Exercise 3, a reference solution (try it yourself first: ../03_verify_row.py)."""
+
+import numpy as np
+
+
+def verify_row(rng: np.random.Generator, drafts: np.ndarray, q: np.ndarray,
+               p: np.ndarray) -> tuple[int, int]:
+    gamma, V = len(drafts), p.shape[-1]
+    for i, x in enumerate(drafts):
+        if rng.random() * q[i, x] >= p[i, x]:  # rejected: replace it from the residual
+            r = np.maximum(p[i] - q[i], 0.0)
+            return i, int(rng.choice(V, p=r / r.sum()))
+    return gamma, int(rng.choice(V, p=p[gamma]))  # all accepted: the bonus token

@@ -1,0 +1,142 @@
+"""Checks for exercises 4 and 5: prompt lookup and the greedy loop, against the reference.
+
+Exercise 4 is compared with the library's own `nanospec.drafters.lookup` on hundreds of short
+random contexts over small alphabets (so n-grams repeat often). Exercise 5 runs the learner's
+loop on two toy "models" — lookup tables over the last two tokens, the draft agreeing with the
+target about 70% of the time — and compares its text with greedy decoding and its number of
+target passes with what a speculative loop needs.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nanospec.drafters import lookup as reference_lookup
+from nanospec.exercises.learner import Failure, plain
+
+SEQ = 48  # the padded row the library's lookup reads
+
+
+def _reference(contexts, gamma: int, max_ngram: int, min_ngram: int) -> list[list[int]]:
+    """The library's drafts for each context ([] where nothing matched), in one batched call."""
+    seq = np.zeros((len(contexts), SEQ), np.int32)
+    for b, c in enumerate(contexts):
+        seq[b, :len(c)] = c
+    lengths = jnp.array([len(c) for c in contexts], jnp.int32)
+    row = lambda s, n: reference_lookup(s, n, gamma, max_ngram, min_ngram)
+    drafts, matched = jax.jit(jax.vmap(row))(jnp.asarray(seq), lengths)
+    return [d.tolist() if m > 0 else [] for d, m in zip(np.asarray(drafts), np.asarray(matched))]
+
+
+def _contexts(rng, count: int) -> list[list[int]]:
+    return [rng.integers(0, int(rng.integers(2, 7)), int(rng.integers(2, 30))).tolist()
+            for _ in range(count)]
+
+
+def check_lookup(lookup):
+    """Exercise 4: the docstring's example, no match, then 600 random contexts."""
+    got = plain(lookup([7, 8, 9, 7, 8], 4, 3, 1))
+    if got != [9, 7, 8, 9]:
+        raise Failure(f"the docstring's example, lookup([7, 8, 9, 7, 8], 4, 3, 1), should give "
+                      f"[9, 7, 8, 9]; yours gives {got}.")
+    yield "the docstring's example gives [9, 7, 8, 9]"
+    got = plain(lookup([1, 2, 3], 4, 3, 1))
+    if got != []:
+        raise Failure(f"in [1, 2, 3] the last token never occurred before, so nothing matches "
+                      f"and lookup must return []; yours gives {got}.")
+    yield "returns [] when nothing matches"
+    rng = np.random.default_rng(0)
+    for gamma, max_ngram, min_ngram in ((4, 3, 1), (1, 2, 1), (7, 4, 2), (3, 1, 1)):
+        contexts = _contexts(rng, 150)
+        for context, want in zip(contexts, _reference(contexts, gamma, max_ngram, min_ngram)):
+            got = plain(lookup(list(context), gamma, max_ngram, min_ngram))
+            if got != want:
+                raise Failure(f"lookup({context}, γ = {gamma}, max_ngram = {max_ngram}, "
+                              f"min_ngram = {min_ngram}) should give {want}; yours gives {got}."
+                              + _lookup_hint(got, context, gamma, max_ngram, min_ngram))
+    yield "matches nanospec.drafters.lookup on 600 random contexts"
+
+
+def _lookup_hint(got, context, gamma, max_ngram, min_ngram) -> str:
+    """Name the usual mistake: the latest occurrence instead of the earliest."""
+    L = len(context)
+    for n in range(max_ngram, min_ngram - 1, -1):
+        ends = [j for j in range(n - 1, L - 1) if L > n and context[j - n + 1:j + 1] == context[L - n:]]
+        if ends:
+            latest = [context[ends[-1] + 1 + i % (L - 1 - ends[-1])] for i in range(gamma)]
+            if got == latest and len(ends) > 1:
+                return (f" You copied after the latest occurrence of {context[L - n:]} (ending at "
+                        f"index {ends[-1]}); copy after the earliest (ending at index {ends[0]}).")
+            return f" The longest suffix that occurred before is {context[L - n:]} (n = {n})."
+    return ""
+
+
+class Toy:
+    """A toy model: the next token is a lookup table over the last two tokens; calls counted."""
+
+    def __init__(self, table: np.ndarray):
+        self.table, self.calls = table, 0
+
+    def next(self, tokens: list[int]) -> int:
+        return int(self.table[tokens[-2] if len(tokens) > 1 else 0, tokens[-1]])
+
+    def all_next(self, tokens: list[int]) -> list[int]:  # one pass: the next token after each prefix
+        self.calls += 1
+        return [self.next(tokens[:i + 1]) for i in range(len(tokens))]
+
+
+def _toys(V: int = 40, agree: float = 0.7, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    target = rng.integers(0, V, (V, V))
+    draft = np.where(rng.random((V, V)) < agree, target, rng.integers(0, V, (V, V)))
+    return target, draft
+
+
+def _passes_needed(target: Toy, draft: Toy, prompt, gamma: int, max_new: int) -> int:
+    """Target passes a speculative loop makes: one per round of up to γ drafts."""
+    out, rounds = [], 0
+    while len(out) < max_new:
+        rounds += 1
+        for _ in range(min(gamma, max_new - len(out) - 1)):
+            if draft.next(prompt + out) != target.next(prompt + out):
+                break
+            out.append(target.next(prompt + out))
+        out.append(target.next(prompt + out))
+    return rounds
+
+
+def check_greedy_loop(greedy_speculative):
+    """Exercise 5: greedy text exactly, max_new respected, one target pass per round."""
+    t_table, d_table = _toys()
+    cases = [(t_table, d_table, "a draft that agrees about 70% of the time"),
+             (t_table, t_table, "a perfect draft"), (t_table, (t_table + 1) % 40, "a useless draft")]
+    for table, dtable, name in cases:
+        for prompt, gamma, max_new in (([3], 1, 5), ([1, 2], 3, 30), ([5, 9, 2], 6, 30), ([4], 4, 1)):
+            target, draft = Toy(table), Toy(dtable)
+            want = [target.next(prompt)]
+            while len(want) < max_new:
+                want.append(target.next(prompt + want))
+            got = plain(greedy_speculative(target.all_next, draft.next, list(prompt), gamma, max_new))
+            _check_text(got, want, prompt, gamma, name)
+            needed = _passes_needed(Toy(table), Toy(dtable), prompt, gamma, max_new)
+            if target.calls > needed + 1:
+                raise Failure(f"with {name}, γ = {gamma}, {max_new} new tokens, you called target "
+                              f"{target.calls} times; a speculative loop needs {needed} (one pass "
+                              f"per round). Score all of a round's drafts with ONE call to target.")
+    yield "writes exactly the greedy text with good, perfect and useless drafts, γ = 1…6"
+    yield "makes one target pass per round and never writes more than max_new tokens"
+
+
+def _check_text(got, want, prompt, gamma: int, name: str) -> None:
+    if not isinstance(got, list) or not all(isinstance(x, (int, np.integer)) for x in got):
+        raise Failure(f"greedy_speculative must return a list of ints; yours returned {got!r}.")
+    if len(got) != len(want):
+        raise Failure(f"asked for {len(want)} new tokens (prompt {prompt}, γ = {gamma}), yours "
+                      f"returned {len(got)}: stop at max_new — the last round may need fewer "
+                      f"drafts.")
+    if got != want:
+        i = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
+        raise Failure(f"with {name} (prompt {prompt}, γ = {gamma}) your text differs from greedy "
+                      f"decoding at new token {i + 1}: yours is {got[i]}, the target's greedy "
+                      f"choice is {want[i]}. Keep drafts only while they equal the target's "
+                      f"choice, then add the target's own token.")
