@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from nanospec.teach import bar, claim, console, table
+from nanospec.teach import bar, claim, console, table, tv
 from nanospec.verify import residual, verify_row
 
 p = np.array([0.40, 0.25, 0.20, 0.10, 0.05])  # the target's law
@@ -33,11 +33,6 @@ def output_law(s, accept, resample):
     """The law of the token a one-draft round emits: drafted from s, accepted with `accept`
     (a vector over tokens), else drawn from `resample`."""
     return s * accept + (s * (1 - accept)).sum() * resample
-
-
-def tv(a, b):
-    """Total-variation distance: the most any event's probability can differ, ½ Σ |a − b|."""
-    return 0.5 * float(np.abs(a - b).sum())
 
 
 res = lambda p, r: np.asarray(residual(jnp.asarray(p), jnp.asarray(r)))

@@ -30,7 +30,7 @@ from nanospec.reference import target_laws
 from nanospec.rounds import generated
 from nanospec.sampling import SamplingParams, sampling_probs
 from nanospec.speculative import Speculator
-from nanospec.teach import bar, claim, console, figure, shipped, table
+from nanospec.teach import bar, claim, console, figure, shipped, table, tv
 from nanospec.verify import residual
 
 bundle = shipped("target", "draft")
@@ -172,10 +172,6 @@ def output_law(s, r, p):
     accept = np.where(r > 0, np.minimum(1.0, p / np.where(r > 0, r, 1.0)), 0.0)
     out = s * accept + (s * (1 - accept)).sum() * np.asarray(residual(p, r), np.float64)
     return out, float((s * accept).sum())
-
-
-def tv(a, b):
-    return 0.5 * float(np.abs(a - b).sum())
 
 
 PAIRINGS = {  # name: (draft samples from, the rule is told, the target's law)

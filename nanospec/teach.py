@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -46,6 +47,12 @@ def claim(ok: bool, sentence: str) -> None:
         return
     console.print(f"[red]✗ not true here:[/] {sentence}")
     sys.exit(1)
+
+
+def tv(a, b) -> float:
+    """Total-variation distance between two laws: the most any event's probability can differ,
+    ½ Σ |a − b|. tv([.5 .5], [.6 .4]) = 0.1."""
+    return 0.5 * float(np.abs(np.asarray(a, float) - np.asarray(b, float)).sum())
 
 
 def bar(value: float, most: float, width: int = 30) -> str:

@@ -7,6 +7,8 @@ chi-square check only if its p-value falls below ALPHA, which happens with proba
 import numpy as np
 from jax.scipy.special import gammaincc
 
+from nanospec.teach import tv
+
 ALPHA = 1e-6  # a correct function fails one sampled check by chance once in a million
 
 
@@ -26,11 +28,6 @@ def chi2_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
     stat = np.sum((counts[support] - expected[support]) ** 2 / expected[support])
     df = int(support.sum()) - 1
     return float(gammaincc(df / 2, stat / 2)) if df > 0 else 1.0
-
-
-def tv(a: np.ndarray, b: np.ndarray) -> float:
-    """Total variation distance: the most any event's probability differs, ½ Σ |a − b|."""
-    return 0.5 * float(np.abs(np.asarray(a, float) - np.asarray(b, float)).sum())
 
 
 def show(law) -> str:
