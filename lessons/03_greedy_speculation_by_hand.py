@@ -39,7 +39,7 @@ tokens, lengths = pad_prompts([ids], cfg.n_ctx)
 ar, _ = generate(graphdef, params, cfg, tokens, lengths, jax.random.key(0), GREEDY, N, tok.eos_id)
 ar = ar[0]
 console.print(f"[bold]autoregressive[/] ({len(ar)} tokens, {len(ar)} target passes):")
-console.print(PROMPT + tok.decode(ar))
+console.print(PROMPT + tok.decode(ar), markup=False)
 
 # %% [markdown]
 # ## The reference loop, γ = 4
@@ -51,7 +51,7 @@ console.print(PROMPT + tok.decode(ar))
 spec = speculative_sampling(target, drafter, dparams, ids, GAMMA, GREEDY, jax.random.key(0), N,
                             tok.eos_id)
 console.print(f"[bold]speculative[/] ({len(spec)} tokens):")
-console.print(PROMPT + tok.decode(spec))
+console.print(PROMPT + tok.decode(spec), markup=False)
 
 # %% [markdown]
 # ## Counting target passes

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from nanospec import compile_cache
@@ -43,9 +44,9 @@ def shipped(*names: str):
 def claim(ok: bool, sentence: str) -> None:
     """Print the claim with ✓ if it holds; otherwise print it with ✗ and exit with status 1."""
     if ok:
-        console.print(f"[green]✓[/] {sentence}")
+        console.print(f"[green]✓[/] {escape(sentence)}")
         return
-    console.print(f"[red]✗ not true here:[/] {sentence}")
+    console.print(f"[red]✗ not true here:[/] {escape(sentence)}")
     sys.exit(1)
 
 
@@ -83,7 +84,7 @@ def figure(name: str, draw) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        console.print("--figures needs matplotlib: pip install -e '.[figures]'")
+        console.print("--figures needs matplotlib: pip install -e '.[figures]'", markup=False)
         sys.exit(2)
     from nanospec.fileio import atomic_write
     fig, ax = plt.subplots(figsize=(6.4, 3.6), layout="constrained")

@@ -72,3 +72,20 @@ def test_figures_flag_writes_an_svg(tmp_path):
     svg = tmp_path / "04_output_law.svg"
     assert xml.dom.minidom.parse(str(svg)).documentElement.tagName == "svg"
     assert not list(tmp_path.glob("*.tmp*")), "written all or nothing"
+
+
+def test_figures_without_matplotlib_is_one_sentence_and_exit_2(monkeypatch, capsys):
+    from nanospec import teach
+    monkeypatch.setattr(sys, "argv", ["lesson.py", "--figures"])
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    with pytest.raises(SystemExit) as done:
+        teach.figure("never", lambda ax: None)
+    assert done.value.code == 2
+    assert capsys.readouterr().out.strip() == \
+        "--figures needs matplotlib: pip install -e '.[figures]'"
+
+
+def test_a_claim_prints_its_brackets(capsys):
+    from nanospec import teach
+    teach.claim(True, "the interval [lo, hi] holds [b]it[/b]")
+    assert "[lo, hi] holds [b]it[/b]" in capsys.readouterr().out
