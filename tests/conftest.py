@@ -27,6 +27,12 @@ TINY_TEXT = [
 ]
 
 
+def pytest_collection_modifyitems(config, items):
+    """The slow tests first (stable: file order within each group), so that the workers of
+    `make test` (pytest-xdist) finish on short tests instead of one waiting out a long one."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _free_compiled_programs():
     """Drop every compiled program after each test module.

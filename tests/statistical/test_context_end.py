@@ -8,12 +8,12 @@ fewer tokens (speculative.room_for_drafts); before that fix the loop stopped whe
 block fitted and returned 1–4 tokens, a different law. Trees keep their full depth there and
 cut what lies past the end, like max_new_tokens does.
 
-Each test: N = 200,000 rows (slow marker; the fast layer has a 20,000-row smoke test), a
+Each test: N = 100,000 rows (slow marker; the fast layer has a 20,000-row smoke test), a
 Pearson chi-square test against the exact law over the 625 sequences (cells with expected
 count < 5 pooled), threshold p-value > 1e-4, so the false-failure probability is 1e-4 per test
 (fixed seeds keep CI deterministic). Every row must also have exactly 4 tokens — a
-deterministic check that fails on the old loop with certainty. The same N and threshold
-reject broken samplers with p-values below 1e-12 (test_power.py).
+deterministic check that fails on the old loop with certainty. The same threshold
+rejects broken samplers with p-values below 1e-12 at half this N (test_power.py).
 """
 
 import pytest
@@ -24,7 +24,7 @@ from nanospec.trees.tree import Tree
 from tests.statistical.laws import (N_CTX, V, chi_square_pvalue, encode, exact_law,
                                     run_speculative, tiny_pair)
 
-N = 200_000
+N = 100_000
 THRESHOLD = 1e-4
 PROMPT = [1, 3, 0, 2, 4, 1, 3, 0, 2, 4, 1, 3]  # 12 tokens, repeating: prompt lookup matches
 M = N_CTX - len(PROMPT)  # 4: all the room there is

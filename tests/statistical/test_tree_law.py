@@ -7,12 +7,13 @@ drafter: the draft model, and random Medusa, EAGLE and MTP heads. Two regimes: `
 (SpecInfer: siblings i.i.d. from the drafter's law, at T = 1) and `top` (deterministic top-k
 siblings, point masses, under temperature + top-k + top-p).
 
-Law tests: N = 200,000 (slow; a 20,000-row smoke test runs by default), threshold p-value
+Law tests: N = 100,000 (slow; a 20,000-row smoke test runs by default), threshold p-value
 > 1e-4: false-failure probability 1e-4 per test (6 tests: family-wise below 1e-3; fixed
 seeds keep CI deterministic). The draft model runs both regimes; each head runs the sampled
 one, where its law q matters beyond its argmax (the regimes share `pick_children` and the
 walk, which the draft model's two cells and tests/test_tree.py cover). Power tests: N =
-50,000; each broken variant must be rejected with p < 1e-12 (power only grows with N).
+20,000; each broken variant must be rejected with p < 1e-12 (power only grows with N; measured
+at seed 3: 6e-161 without the compaction, 0 without the residual between siblings).
 """
 
 import pytest
@@ -25,8 +26,8 @@ from nanospec.trees.tree import Tree
 from tests.statistical.laws import (PROMPT, PROMPT_B, chi_square_pvalue, encode, exact_law,
                                     run_speculative, tiny_drafters, tiny_pair)
 
-N = 200_000
-N_POWER = 50_000
+N = 100_000
+N_POWER = 20_000
 THRESHOLD = 1e-4
 POWER = 1e-12
 M = 4
