@@ -18,10 +18,10 @@
 #    implied by the rule's own acceptance probabilities and residual equals p to 1e-9, for 300
 #    random (p, q) pairs. False failures: none.
 # 2. **Joint law** (`test_joint_law.py`, `test_drafters_law.py`, `test_tree_law.py`): tiny V = 5
-#    models, so all 625 four-token continuations can be enumerated; N = 200,000 runs of the real
+#    models, so all 625 four-token continuations can be enumerated; N = 100,000 runs of the real
 #    loop (20,000 in the default run) must fit with a chi-square p-value above 1e-4: one false
 #    failure in 10,000 runs per test.
-# 3. **Power** (`test_power.py`; also in the drafter and tree files, at N = 50,000): the same
+# 3. **Power** (`test_power.py` at N = 50,000; the drafter, tree and SSD files at 20,000): the same
 #    test must reject broken samplers with p-values below 1e-12 — eight orders of magnitude
 #    past the threshold, not by luck. One break keeps the text's law (dropping the bonus
 #    token: the next round samples it instead); only the law of a single round catches it.
@@ -241,7 +241,7 @@ claim(measured >= 0.9, f"at N = {n99:,} the test caught it in {measured:.0%} of 
       f"(planned: 99%; below 90% would happen with probability {unlucky:.0e})")
 claim(curve[NS[0]] < 0.2 < 0.9 < curve[NS[-1]], f"power grew from {curve[NS[0]]:.2f} at N = "
       f"{NS[0]:,} to {curve[NS[-1]]:.2f} at N = {NS[-1]:,}")
-for n in (20_000, 200_000):  # lesson 05's N, and the suite's
+for n in (20_000, 100_000):  # lesson 05's N, and the suite's
     console.print(f"predicted power against {SUBTLE!r} at N = {n:,}, α = 1e-4: "
                   f"{predicted_power(subtle, n, 1e-4):.3f}")
 

@@ -1,8 +1,9 @@
 """The `nanospec` command line.
 
-    nanospec generate --prompt TEXT [--method ar|draft] [--gamma K] [--max-new-tokens N]
-                      [--temperature T] [--top-k K] [--top-p P] [--seed S] [--num-samples N]
-                      [--json] [--trace FILE.jsonl] [--show]
+    nanospec generate --prompt TEXT [--method ar|draft|ngram|medusa|eagle|mtp|ssd] [--gamma K]
+                      [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]
+                      [--seed S] [--num-samples N] [--json] [--trace FILE.jsonl] [--show]
+                      [--tree WIDTHS] [--fanout F] [--saguaro-c C] [--backup neural|fast]
     nanospec train {tokenizer,target,draft} [--steps N] [--no-resume]
     nanospec eval  [--models target,draft]          facts and function-word accuracy
     nanospec bench [--methods ar,draft] [--gamma 1,2,4,6,8] [--temperature T]
@@ -34,7 +35,9 @@ DEFAULT_CKPT = Path(__file__).resolve().parent.parent / "checkpoints"
 # JAX just to build the parser).
 METHOD_HELP = {"ar": "autoregressive", "draft": "speculative with the draft model",
                "ngram": "prompt lookup", "medusa": "Medusa heads", "eagle": "EAGLE head",
-               "mtp": "multi-token prediction heads"}
+               "mtp": "multi-token prediction heads",
+               "ssd": "speculative speculative decoding (the draft model pre-drafts the next "
+                      "round)"}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -79,6 +82,12 @@ def add_generate(sub) -> None:
                    help="draft a token tree instead: children per node at each depth, e.g. 3,2,1")
     g.add_argument("--siblings", choices=["top", "sample"], default=None,
                    help="tree siblings: the drafter's top-k tokens (default) or i.i.d. samples")
+    g.add_argument("--fanout", default=None, metavar="F|F0,..,Fγ|geometric:BUDGET",
+                   help="ssd: tokens t* cached per k accepted (default 1)")
+    g.add_argument("--saguaro-c", type=float_arg, default=None, metavar="C",
+                   help="ssd: draw drafts with their likeliest tokens scaled by C in (0, 1]")
+    g.add_argument("--backup", choices=["neural", "fast"], default=None,
+                   help="ssd: what drafts after a cache miss (default neural: the draft model)")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.add_argument("--trace", default=None, metavar="FILE.jsonl", help="write every round's events")
     g.add_argument("--show", action="store_true", help="print the rounds (or, for ar, the steps) in colour")

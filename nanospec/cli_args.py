@@ -74,3 +74,18 @@ def parse_tree(args):
     if args.gamma is not None:
         raise UserError("--tree sets how deep drafting goes (one width per level); drop --gamma.")
     return tree_from_widths(args.tree)
+
+
+def ssd_options(args):
+    """generate's --fanout, --saguaro-c and --backup as ssd.SSDOptions (they need --method ssd);
+    the fan-out's shape is checked against γ when the loop is built."""
+    from nanospec.ssd_fanout import SSDOptions
+    given = {name: value for name, value in (("fanout", args.fanout),
+                                              ("saguaro_c", args.saguaro_c),
+                                              ("backup", args.backup)) if value is not None}
+    if given and args.method != "ssd":
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise UserError(f"{flags} set speculative speculative decoding; add --method ssd.")
+    if not 0 < given.get("saguaro_c", 1.0) <= 1:
+        raise UserError(f"--saguaro-c must be in (0, 1], got {given['saguaro_c']}.")
+    return SSDOptions(**given)

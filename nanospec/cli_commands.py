@@ -12,7 +12,8 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from nanospec.cli_args import check_sampling, int_list, parse_tree, tree_from_widths
+from nanospec.cli_args import (check_sampling, int_list, parse_tree, ssd_options,
+                               tree_from_widths)
 from nanospec.errors import UserError
 
 
@@ -31,13 +32,14 @@ def cmd_generate(args) -> None:
     if args.trace:
         check_output(args.trace, ".jsonl", "--trace")
     tree = parse_tree(args)
+    ssd = ssd_options(args)
     bundle = Bundle.load(args.checkpoints, needs(args.method))
     with _progress(args.num_samples) as progress:
         result = decode(bundle, args.prompt, method=args.method, gamma=args.gamma or 4,
                         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                         seed=args.seed, max_new=args.max_new_tokens, num_samples=args.num_samples,
                         with_events=bool(args.trace or args.show), tree=tree,
-                        top=args.siblings != "sample", progress=progress)
+                        top=args.siblings != "sample", progress=progress, ssd=ssd)
     if args.trace:
         write_jsonl(args.trace, result.events)
     if args.json:

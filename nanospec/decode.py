@@ -29,19 +29,22 @@ from nanospec.measure.samples import MEMORY_BUDGET, plan_chunks, run_chunks
 from nanospec.rounds import generated
 from nanospec.sampling import SamplingParams
 from nanospec.speculative import Speculator
+from nanospec.ssd import SSDSpeculator
+from nanospec.ssd_fanout import SSDOptions, parse_fanout
 from nanospec.trace import compile_event, events_from_step, metrics, run_end, run_start
 from nanospec.trees.loop import TreeSpeculator
 from nanospec.trees.trace import events_from_tree_step
 from nanospec.trees.tree import Tree
 
-METHODS = ("ar", "draft", "ngram", "medusa", "eagle", "mtp")
+METHODS = ("ar", "draft", "ngram", "medusa", "eagle", "mtp", "ssd")
 HEADS = KINDS  # drafters that sit on the target (heads/modules.py)
 EVERYTHING = ("target", "draft") + HEADS  # every shipped model and head
 
 
 def needs(method: str) -> list[str]:
     """The checkpoint files a method loads besides the tokenizer."""
-    return ["target"] + (["draft"] if method == "draft" else [method] if method in HEADS else [])
+    return ["target"] + (["draft"] if method in ("draft", "ssd") else
+                         [method] if method in HEADS else [])
 
 
 @dataclass
@@ -63,7 +66,7 @@ class Bundle:
         """(drafter, its params) for a speculative method."""
         from nanospec.heads.drafters import DRAFTERS
         tcfg, tgraph, tparams = self.models["target"]
-        if method == "draft":
+        if method in ("draft", "ssd"):  # SSD's primary drafter is the draft model
             cfg, graphdef, params = self.models["draft"]
             drafter = DraftModel(graphdef, cfg)
         elif method == "ngram":
@@ -94,9 +97,11 @@ def finish_reason(tokens: list[int], eos_id: int, max_new: int) -> str:
 
 
 def make_loop(bundle: Bundle, method: str, gamma: int = 4, tree: Tree | None = None,
-              top: bool = True, capacity: int | None = None, shared: bool = False):
+              top: bool = True, capacity: int | None = None, shared: bool = False,
+              ssd: SSDOptions = SSDOptions(), temperature: float = 1.0):
     """(the loop that runs `method`, its drafter's params): a generate.Decoder for "ar", a
-    trees.loop.TreeSpeculator with `tree`, else a speculative.Speculator drafting γ."""
+    trees.loop.TreeSpeculator with `tree`, an ssd.SSDSpeculator for "ssd" (set by `ssd`; a
+    geometric fan-out reads `temperature`), else a speculative.Speculator drafting γ."""
     if method not in METHODS:
         raise UserError(f"Unknown method {method!r}; choose one of {', '.join(METHODS)}.")
     cfg, graphdef, _ = bundle.models["target"]
@@ -108,6 +113,12 @@ def make_loop(bundle: Bundle, method: str, gamma: int = 4, tree: Tree | None = N
                             "not ar.")
         return Decoder(**fixed), ()
     drafter, dparams = bundle.drafter(method)
+    if method == "ssd":
+        if tree is not None:
+            raise UserError("SSD pre-drafts chains for the outcomes it guesses; drop --tree.")
+        fanout = parse_fanout(ssd.fanout, gamma, temperature)
+        return SSDSpeculator(drafter=drafter, gamma=gamma, fanout=fanout, saguaro_c=ssd.saguaro_c,
+                             backup=ssd.backup, **fixed), dparams
     if tree is not None:
         return TreeSpeculator(drafter=drafter, tree=tree, top=top, **fixed), dparams
     return Speculator(drafter=drafter, gamma=gamma, **fixed), dparams
@@ -117,14 +128,15 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
            max_new: int = 32, num_samples: int = 1, with_events: bool = False,
            tree: Tree | None = None, top: bool = True, memory_budget: int = MEMORY_BUDGET,
-           progress=None) -> Result:
+           progress=None, ssd: SSDOptions = SSDOptions()) -> Result:
     """`tree`: draft a token tree instead of a chain of γ (`top`: top-k siblings, else sampled).
 
     Many samples run in chunks whose caches fit `memory_budget` bytes (measure/samples.py),
     each reported to `progress(samples_done, num_samples)` if given."""
     tok, cfg = bundle.tok, bundle.models["target"][0]
     prompt_ids = tok.encode_prompt(prompt)
-    loop, dparams = make_loop(bundle, method, gamma, tree, top, shared=not with_events)
+    loop, dparams = make_loop(bundle, method, gamma, tree, top, shared=not with_events, ssd=ssd,
+                              temperature=temperature)
     loop.check([len(prompt_ids)], max_new)
     cap = capacity(cfg.n_ctx, bucket(len(prompt_ids), cfg.n_ctx), max_new, loop.block)
     loop = replace(loop, capacity=cap)
@@ -141,13 +153,18 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
                                 batch=num_samples))
         if tree is not None:
             events[0].update(tree=list(tree.parents), siblings="top" if top else "sample")
+        if method == "ssd":
+            events[0].update(fanout=list(loop.fanout), saguaro_c=loop.saguaro_c,
+                             backup=loop.backup)
         outs, counters, compile_s, run_s = traced(loop, tok, dyn, max_new, events)
     else:
         program, compile_s = loop.program(**dyn)
         outs, counters, run_s = run_chunks(program, {**dyn, "max_new": jnp.int32(max_new)}, plan,
                                            num_samples, progress)
     if method != "ar":
-        stats.update(metrics(*counters))
+        stats.update(metrics(*counters[:3]))
+    if method == "ssd":  # each row's first round has no cache yet: the rest could hit
+        stats["cache_hit_rate"] = round(counters[3] / max(sum(counters[0]) - len(outs), 1), 4)
     reasons = [finish_reason(o, tok.eos_id, max_new) for o in outs]
     n_new = sum(len(o) for o in outs)
     stats.update({"new_tokens": n_new, "compile_seconds": round(compile_s, 3),
@@ -172,12 +189,16 @@ def describe(loop, method: str, prompt_tokens: int, temperature, top_k, top_p, s
                       "siblings": "top" if loop.top else "sample"})
     elif isinstance(loop, Speculator):
         stats["gamma"] = loop.gamma
+    if isinstance(loop, SSDSpeculator):
+        stats.update({"fanout": list(loop.fanout), "saguaro_c": loop.saguaro_c,
+                      "backup": loop.backup})
     return stats
 
 
 def traced(loop, tok, dyn: dict, max_new: int, events: list[dict]):
     """Run `loop` step by step, appending every round's events (after the compile event).
-    Returns (generated ids per row, counters for trace.metrics, compile s, run s)."""
+    Returns (generated ids per row, counters for trace.metrics and the rounds drafted from
+    SSD's cache, compile s, run s)."""
     if isinstance(loop, TreeSpeculator):
         to_events = lambda rnd, r: events_from_tree_step(rnd.trace, tok, r, loop.tree, rnd.seconds)
     else:
@@ -189,4 +210,5 @@ def traced(loop, tok, dyn: dict, max_new: int, events: list[dict]):
         events.extend(to_events(rnd, r))
     run_s = time.perf_counter() - t0
     events.append(run_end(events))
-    return generated(rnd.state, dyn["lengths"]), rnd.stats.counters(rnd.state), compile_s, run_s
+    counters = (*rnd.stats.counters(rnd.state), rnd.stats.cached_rounds())
+    return generated(rnd.state, dyn["lengths"]), counters, compile_s, run_s

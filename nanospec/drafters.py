@@ -95,13 +95,16 @@ class DraftModel(Drafter):
         _, _, cache = forward(self.graphdef, dparams, tokens, positions, cache)
         return rollback(cache, lengths - 2)
 
-    def propose(self, dparams, cache, seq, length, key, sp, gamma):
+    def propose(self, dparams, cache, seq, length, key, sp, gamma, tilt=None):
+        """`tilt(q, i)`, if given, turns the model's law at draft i into the law that draft is
+        drawn from — and reported as q (SSD's Saguaro sampling, ssd.py)."""
+        law = (lambda q, i: q) if tilt is None else tilt
         cache = rollback(cache, length - 2)
         last_two = take_rows(seq, length - 2, 2)  # (B, 2)
         positions = (length - 2)[:, None] + jnp.arange(2)  # (B, 2)
         logits, _, cache = forward(self.graphdef, dparams, last_two, positions, cache)
         keys = jax.random.split(key, gamma)
-        q1 = sampling_probs(logits[:, -1], sp)  # (B, V)
+        q1 = law(sampling_probs(logits[:, -1], sp), 0)  # (B, V)
         x1 = sample_rows(keys[0], q1)  # (B,)
 
         def draft_one(carry, i_and_key):  # feed draft i, sample draft i + 1
@@ -109,7 +112,7 @@ class DraftModel(Drafter):
             i, k = i_and_key
             logits, _, cache = forward(self.graphdef, dparams, x[:, None],
                                        (length - 1 + i)[:, None], cache)
-            q = sampling_probs(logits[:, 0], sp)  # (B, V)
+            q = law(sampling_probs(logits[:, 0], sp), i)  # (B, V)
             x_next = sample_rows(k, q)  # (B,)
             return (cache, x_next), (x_next, q)
 

@@ -81,19 +81,21 @@ class RoundStats(NamedTuple):
     hist: jax.Array  # (B, depth+1) int32: rounds that accepted 0, 1, ..., depth drafts
     drafted: jax.Array  # (B,) int32: drafts proposed
     rejected: jax.Array  # (B,) int32: rounds that ended in a rejection (not a bonus token)
+    cached: jax.Array  # (B,) int32: rounds whose drafts were ready in SSD's cache (ssd.py)
 
     @classmethod
     def zeros(cls, batch: int, depth: int) -> "RoundStats":
         z = jnp.zeros(batch, jnp.int32)
-        return cls(jnp.zeros((batch, depth + 1), jnp.int32), z, z)
+        return cls(jnp.zeros((batch, depth + 1), jnp.int32), z, z, z)
 
-    def add(self, live, n_draft, n_accepted, is_bonus) -> "RoundStats":
+    def add(self, live, n_draft, n_accepted, is_bonus, cached=False) -> "RoundStats":
         """Count one round: (B,) each — which rows took part, drafts proposed and accepted,
-        whether every one was accepted."""
+        whether every one was accepted, whether the drafts came from a speculation cache."""
         rows = jnp.arange(live.shape[0])
         return RoundStats(self.hist.at[rows, n_accepted].add(live.astype(jnp.int32)),
                           self.drafted + jnp.where(live, n_draft, 0),
-                          self.rejected + (live & ~is_bonus).astype(jnp.int32))
+                          self.rejected + (live & ~is_bonus).astype(jnp.int32),
+                          self.cached + (live & cached).astype(jnp.int32))
 
     def counters(self, state, rows: int | None = None) -> tuple[list[int], int, int]:
         """The first `rows` rows (default all) together: the acceptance histogram, tokens
@@ -101,6 +103,10 @@ class RoundStats(NamedTuple):
         keep = slice(None, rows)
         return (np.asarray(self.hist)[keep].sum(0).tolist(), int(np.sum(state.n_new[keep])),
                 int(np.sum(self.drafted[keep])))
+
+    def cached_rounds(self, rows: int | None = None) -> int:
+        """Rounds of the first `rows` rows (default all) whose drafts came from SSD's cache."""
+        return int(np.sum(self.cached[slice(None, rows)]))
 
 
 class Round(NamedTuple):

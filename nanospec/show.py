@@ -2,7 +2,8 @@
 
 One line per round: the drafted tokens, each marked ✓ accepted, ✗ rejected (struck through)
 or · discarded (greyed: drafted after a rejection, never judged), then ↻ the token resampled
-from the residual or ★ the bonus token. Symbols carry the meaning, so it reads in monochrome.
+from the residual or ★ the bonus token; an SSD round starts with ◆ (its drafts were ready in
+the cache) or ◇ (a miss). Symbols carry the meaning, so it reads in monochrome.
 
 Each resampled token shows three numbers, because they differ and the difference is the
 lesson: its probability under the residual norm(max(0, p − q)) it was drawn from, under the
@@ -23,7 +24,9 @@ def round_text(events: list[dict]) -> Text:
     """The one-line picture of a round, from that round's events (one row)."""
     line = Text()
     for e in events:
-        if e["type"] in ("accept", "reject", "discard"):
+        if e["type"] == "ssd":  # where this round's drafts came from
+            line.append("◆ " if e["hit"] else "◇ ", style="bold magenta" if e["hit"] else "dim")
+        elif e["type"] in ("accept", "reject", "discard"):
             mark, style = MARKS[e["type"]]
             line.append(f"{e['text']!r}", style=style)
             line.append(f"{mark} ", style=style.replace(" strike", ""))
@@ -89,6 +92,10 @@ def show_rounds(console: Console, events: list[dict]) -> None:
         console.print(Text(f"method {start['method']}, {shape}, T = {start['temperature']}, "
                            f"legend: ✓ accepted  ✗ rejected  · {unjudged}  ↻ resampled from the "
                            f"residual  ★ bonus (drawn from p)", style="dim"))
+        if start["method"] == "ssd":
+            console.print(Text(f"fan-out {start['fanout']}, C = {start['saguaro_c']}: ◆ the "
+                               f"drafts were ready in the cache  ◇ a miss ({start['backup']} "
+                               f"backup drafted)", style="dim"))
     by_round: dict[tuple[int, int], list[dict]] = {}
     for e in events:
         if "round" in e:
@@ -111,7 +118,9 @@ def show_rounds(console: Console, events: list[dict]) -> None:
     if s and not autoregressive:
         console.print(Text(f"acceptance rate {s['acceptance_rate']:.0%}, mean acceptance length "
                            f"{s['mean_acceptance_length']:.2f}, {s['tokens_per_target_call']:.2f} tokens "
-                           f"per target call, {s['target_calls_saved']} target calls saved", style="dim"))
+                           f"per target call, {s['target_calls_saved']} target calls saved" +
+                           (f", cache hit rate {s['cache_hit_rate']:.0%} (after round 1)"
+                            if "cache_hit_rate" in s else ""), style="dim"))
         if s["tokens_per_target_call"] < s["mean_acceptance_length"] - 1e-9:
             console.print(Text("(fewer tokens per target call than the mean acceptance length: the "
                                "last round's tokens past EOS or the length limit were judged but "

@@ -264,8 +264,11 @@ class Speculator(Speculation):
                                             n_draft, live, self.drafter.varies_length)
         p = sampling_probs(logits, sp)  # (B, γ+1, V)
         _, key = round_keys(state.key, state.step)
-        v = verify(key, drafted.drafts, drafted.q, p, n_draft)
-        return Judged(p, v, drafted.drafts, hidden, cache)
+        return Judged(p, self.rule(key, drafted, p, n_draft), drafted.drafts, hidden, cache)
+
+    def rule(self, key, drafted: Drafted, p, n_draft) -> Verdict:
+        """The verify rule (verify.py) on every row's drafts, against the law they came from."""
+        return verify(key, drafted.drafts, drafted.q, p, n_draft)
 
     def drafter_commit(self, dparams, dstate, hidden, emitted, start, length):
         return self.drafter.commit(dparams, dstate, hidden, emitted, start, length)

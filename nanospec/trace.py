@@ -22,6 +22,14 @@ each with "schema", "type", and for per-row events "round" (0-based) and "row":
 A token-tree run's run_start also has `tree` (each node's parent) and `siblings`, and its
 rounds have one `tree` event in place of draft/verify/accept/reject/discard (trees/trace.py).
 
+An SSD round (ssd.py) starts with one more event per row, before its drafts:
+
+  ssd        hit (the drafts were ready in the cache), source ("cache" or "backup"),
+             outcome [k, t*] (how the round ended), cache = the branches pre-drafted for the
+             NEXT round, [[k, t*, text], ...]
+
+and its run_start also has `fanout` (F_0..F_γ), `saguaro_c` and `backup` ("neural" / "fast").
+
 A round may draft fewer than γ: prompt lookup with no match drafts none, nor does any round
 that has no room left before the context's end, and that round is just verify (over the one
 position), bonus (drawn from p₁) and round_end with drafted = 0. An autoregressive run
@@ -62,7 +70,10 @@ def run_start(tok, prompt: str, prompt_ids: list[int], method: str, gamma: int, 
 
 
 def events_from_step(trace, tok, round_idx: int, timings: dict | None = None) -> list[dict]:
-    """One round's StepTrace (device arrays) -> its events, row by row, in reading order."""
+    """One round's StepTrace (device arrays) -> its events, row by row, in reading order.
+    An SSD round's trace (ssd.SSDTrace) adds its `ssd` event first in each row."""
+    if hasattr(trace, "hit"):
+        return _with_ssd_events(trace, tok, round_idx, timings)
     t = to_numpy(trace)
     v = t["verdict"]
     B = t["drafts"].shape[0]
@@ -108,6 +119,26 @@ def events_from_step(trace, tok, round_idx: int, timings: dict | None = None) ->
                        "length": start + k, "draft_ms": 1e3 * timings.get("draft_s", 0.0),
                        "verify_ms": 1e3 * timings.get("verify_s", 0.0)})
     return events
+
+
+def _with_ssd_events(trace, tok, round_idx, timings) -> list[dict]:
+    events = events_from_step(trace.step, tok, round_idx, timings)
+    hit, branch_t = np.asarray(trace.hit), np.asarray(trace.branch_t)
+    branch_k = np.asarray(trace.branch_k)
+    v = trace.step.verdict
+    k, token = np.asarray(v.n_accepted), np.asarray(v.token)
+    out, seen = [], set()
+    for e in events:
+        b = e["row"]
+        if b not in seen:  # the row's first event: say where its drafts came from
+            seen.add(b)
+            out.append({"schema": SCHEMA, "round": round_idx, "row": b, "type": "ssd",
+                        "hit": bool(hit[b]), "source": "cache" if hit[b] else "backup",
+                        "outcome": [int(k[b]), int(token[b])],
+                        "cache": [[int(j), int(x), tok.token_str(int(x))]
+                                  for j, x in zip(branch_k, branch_t[b])]})
+        out.append(e)
+    return out
 
 
 def _upgrade(e: dict) -> dict:
@@ -173,10 +204,14 @@ def summarize(events: Iterable[dict]) -> dict:
     hist = [0] * (gamma + 1)
     for e in ends:
         hist[e["accepted"]] += 1
-    return {**metrics(hist, generated=sum(len(e["emitted"]) for e in ends),
-                      drafted=sum(e["drafted"] for e in ends)),
-            "draft_ms": sum(e["draft_ms"] for e in ends),
-            "verify_ms": sum(e["verify_ms"] for e in ends)}
+    summary = {**metrics(hist, generated=sum(len(e["emitted"]) for e in ends),
+                         drafted=sum(e["drafted"] for e in ends)),
+               "draft_ms": sum(e["draft_ms"] for e in ends),
+               "verify_ms": sum(e["verify_ms"] for e in ends)}
+    cache = [e["hit"] for e in events if e.get("type") == "ssd" and e["round"] > 0]
+    if cache:  # SSD: the share of rounds whose drafts were ready in the cache, each row's
+        summary["cache_hit_rate"] = sum(cache) / len(cache)  # first (no cache yet) left out
+    return summary
 
 
 def compile_event(seconds: float) -> dict:

@@ -157,6 +157,8 @@ PROPOSES = {
               " the target's output layer, with q(x) = {q}"),
     "mtp": ("multi-token prediction module {k}, trained with the target, predicts {x} from the"
             " target's features and the tokens before it, with q(x) = {q}"),
+    "ssd": ("the draft model drew {x} with q(x) = {q} — ahead of time, during the last round's"
+            " verify, if that round ended as it guessed (a cache hit); else just now"),
 }
 
 

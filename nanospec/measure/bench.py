@@ -95,8 +95,8 @@ def expected_tokens(alpha: float, gamma: int) -> float:
 
 def plan_runs(bundle, methods, gammas, trees: dict | None = None) -> tuple[list, list, list]:
     """(runs, tree_runs, skipped): the (method, γ) and (method, tree label) pairs to time, and
-    what was left out and why — heads draft at most one token per head, prompt lookup grows no
-    trees. A method left with none of the γ values is refused: silently dropping it would
+    what was left out and why — heads draft at most one token per head, prompt lookup and SSD
+    grow no trees. A method left with none of the γ values is refused: silently dropping it would
     leave a table that looks complete."""
     runs, skipped = [], []
     drafters = {m: bundle.drafter(m)[0] for m in methods if m != "ar"}
@@ -114,7 +114,10 @@ def plan_runs(bundle, methods, gammas, trees: dict | None = None) -> tuple[list,
     for label, tree in (trees or {}).items():
         for m, drafter in drafters.items():
             most, grows_trees = drafter_limits(drafter)
-            if not grows_trees:
+            if m == "ssd":
+                skipped.append({"method": m, "tree": label,
+                                "reason": "ssd pre-drafts a chain for each outcome it guesses"})
+            elif not grows_trees:
                 skipped.append({"method": m, "tree": label,
                                 "reason": f"{m} proposes a single continuation"})
             elif most is not None and tree.max_depth > most:

@@ -73,10 +73,10 @@ def chunk_key(key, c: int):
 
 def run_chunks(program, dyn: dict, plan: Plan, n: int, progress=None):
     """Run a compiled generation `program` (rounds.Loop.program) once per chunk on the
-    traced arguments `dyn`. Returns (generated ids per sample, counters for trace.metrics,
-    seconds)."""
+    traced arguments `dyn`. Returns (generated ids per sample, counters for trace.metrics and
+    then the rounds drafted from SSD's cache, seconds)."""
     outs: list[list[int]] = []
-    hist, new, drafted = None, 0, 0
+    hist, new, drafted, cached = None, 0, 0, 0
     t0 = time.perf_counter()
     for c in range(plan.chunks):
         state, stats = jax.block_until_ready(program(**{**dyn, "key": chunk_key(dyn["key"], c)}))
@@ -84,7 +84,7 @@ def run_chunks(program, dyn: dict, plan: Plan, n: int, progress=None):
         outs += generated(state, dyn["lengths"])[:keep]
         h, g, d = stats.counters(state, keep)
         hist = h if hist is None else list(np.add(hist, h))
-        new, drafted = new + g, drafted + d
+        new, drafted, cached = new + g, drafted + d, cached + stats.cached_rounds(keep)
         if progress is not None:
             progress(len(outs), n)
-    return outs, ([int(x) for x in hist], new, drafted), time.perf_counter() - t0
+    return outs, ([int(x) for x in hist], new, drafted, cached), time.perf_counter() - t0

@@ -75,20 +75,22 @@ def encode(seqs: list[list[int]]) -> np.ndarray:
 
 def run_speculative(target, drafter, dparams, prompts: list[list[int]], m: int,
                     sp: SamplingParams, gamma: int, seed: int, chunk: int = 50_000,
-                    tree=None, top: bool = True, max_new: int | None = None):
+                    tree=None, top: bool = True, max_new: int | None = None, loop=None):
     """Generate m tokens for every prompt row; returns {prompt: list of sequences}.
 
     `max_new` (default m) above m: the context's end, not max_new_tokens, stops the rows.
 
     With `tree`, rounds draft that token tree (top-k siblings if `top`, else sampled) instead
-    of a chain of γ."""
+    of a chain of γ; `loop` runs that loop object instead (its drafter drafts)."""
     cfg, g, p = target
     out: dict[int, list] = {}
     for c, start in enumerate(range(0, len(prompts), chunk)):
         rows = prompts[start:start + chunk]
         tokens, lengths = pad_prompts(rows, cfg.n_ctx)
         key = jax.random.fold_in(jax.random.key(seed), c)
-        if tree is None:
+        if loop is not None:
+            spec = loop
+        elif tree is None:
             spec = Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=gamma, eos_id=-1)
         else:
             spec = TreeSpeculator(graphdef=g, cfg=cfg, drafter=drafter, tree=tree, top=top,

@@ -1,10 +1,10 @@
 """Layer 4 — greedy identity on the shipped checkpoints: speculative == autoregressive, token by token.
 
 With temperature 0, p and q are one-hot, so the verify rule must reproduce the target's greedy
-output exactly, for every γ and every drafter (the draft model, prompt lookup, and the shipped
-Medusa, EAGLE and MTP heads; the heads draft at most 4 tokens). The default run checks γ = 4
-for every drafter; the slow layer adds γ = 1..8 for the draft model and γ ∈ {1, 3, 8} for the
-others (the heads: {1, 3}). The only allowed divergence is a *near-tie*: the target scores its
+output exactly, for every γ and every drafter (the draft model, prompt lookup, the shipped
+Medusa, EAGLE and MTP heads — at most 4 tokens — and SSD). The default run checks γ = 4 for
+every drafter, and SSD with two more settings; the slow layer adds γ ∈ {1, 2, 3, 5, 8} for the
+draft model, {1, 8} for SSD and {1, 3, 8} for the others (the heads: {1, 3}). The only allowed divergence is a *near-tie*: the target scores its
 top two tokens within float32 noise of each other, and the block computation of the verify pass
 (γ+1 tokens at once) and the one-token decode round differently. The test detects each
 divergence, measures the target's top-2 logit gap at that position by a full recompute, and
@@ -12,6 +12,7 @@ fails unless the gap is below NEAR_TIE; near-ties are reported (printed and warn
 No randomness: false-failure probability 0.
 """
 
+import dataclasses
 import warnings
 
 import jax
@@ -19,12 +20,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nanospec.decode import EVERYTHING, METHODS, Bundle
+from nanospec.decode import EVERYTHING, METHODS, Bundle, make_loop
 from nanospec.generate import generate, pad_prompts
 from nanospec.model import forward
 from nanospec.sampling import GREEDY
 from nanospec.rounds import generated
-from nanospec.speculative import Speculator
+from nanospec.ssd_fanout import SSDOptions
 from nanospec.measure.workloads import workload_prompts
 from tests.conftest import SHIPPED
 
@@ -51,11 +52,11 @@ def top2_gap(model, context: list[int]) -> float:
     return float(top[1] - top[0])
 
 
-def _check(setup, gamma, method="draft"):
+def _check(setup, gamma, method="draft", ssd=SSDOptions()):
     bundle, ids, tokens, lengths, ar = setup
-    cfg, g, p = bundle.models["target"]
-    drafter, dparams = bundle.drafter(method)
-    spec = Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=gamma, eos_id=-1)
+    p = bundle.models["target"][2]
+    spec, dparams = make_loop(bundle, method, gamma, ssd=ssd)
+    spec = dataclasses.replace(spec, eos_id=-1)
     state, _ = spec.run(p, dparams, tokens, lengths, jax.random.key(0), GREEDY, MAX_NEW)
     ties = []
     for row, (spec, ref) in enumerate(zip(generated(state, lengths), ar)):
@@ -78,10 +79,10 @@ HEADS_DEPTH = 4  # Medusa heads / MTP modules shipped
 
 
 def gammas(method: str) -> list[int]:
-    """The slow layer's γ values besides 4: every γ for the draft model; for the other drafters
-    the ends and a middle (each γ compiles the 6-layer target's loop afresh, ~20 s on 2 cores;
+    """The slow layer's γ values besides 4: most for the draft model, the ends (and a middle)
+    for the other drafters (each γ compiles the 6-layer target's loop afresh, ~20 s on 2 cores;
     γ = 1..8 for every drafter passed once, and costs ~15 min of CI)."""
-    every = range(1, 9) if method == "draft" else (1, 3, 8)
+    every = (1, 2, 3, 5, 8) if method == "draft" else (1, 8) if method == "ssd" else (1, 3, 8)
     return [g for g in every if g != 4 and (method not in ("medusa", "mtp") or g <= HEADS_DEPTH)]
 
 
@@ -94,3 +95,12 @@ def test_greedy_identity_gamma_4(setup, method):
 @pytest.mark.parametrize("method,gamma", [(m, g) for m in SPECULATIVE for g in gammas(m)])
 def test_greedy_identity_every_gamma(setup, method, gamma):
     _check(setup, gamma, method)
+
+
+@pytest.mark.parametrize("options", [SSDOptions("geometric:10", 0.5, "fast"),
+                                     SSDOptions("2", 1.0, "neural")],
+                         ids=["geometric10-C0.5-fast", "uniform2-neural"])
+def test_ssd_greedy_identity(setup, options):
+    """SSD at γ = 4 with other fan-outs, Saguaro's C and the fast backup (the test above runs
+    its defaults: one branch per k, C = 1, the neural backup)."""
+    _check(setup, 4, "ssd", options)

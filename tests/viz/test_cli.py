@@ -84,7 +84,7 @@ def test_without_a_terminal_the_demo_says_how_to_export_instead(trace_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--method", "foo"], "Unknown method 'foo'; choose one of draft, ngram, medusa, eagle, mtp."),
+    (["--method", "foo"], "Unknown method 'foo'; choose one of draft, ngram, medusa, eagle, mtp, ssd."),
     (["--method", "ar"], "The demo watches drafting rounds and ar drafts nothing"),
     (["--race", "--method", "ar"], "--race always runs ar; give --method one of draft"),
     (["--prompt", ""], "The prompt is empty; give at least one token of text."),

@@ -1,0 +1,259 @@
+"""Speculative speculative decoding (SSD): draft the next round while this one is verified.
+
+Kumar, Dao & May, "Speculative Speculative Decoding" (ICLR 2026). In ordinary speculation the
+drafter waits while the target verifies. SSD keeps it busy: while the target judges round T,
+the drafter guesses how round T will end and drafts round T+1 for each guess. A round with γ
+drafts ends in one of (γ+1)·V *outcomes* (k, t*): k drafts accepted, then one token t* — the
+residual's correction when k < γ (never the rejected x_{k+1}: the residual has no mass there),
+the bonus when k = γ. The guesses and their drafts form the *speculation cache*:
+
+1. `draft`:  the round's drafts come from the cache when the last round's outcome is in it
+             (a hit: no drafting latency at all), else from a backup drafter (a miss): the draft
+             model just in time (`neural`) or prompt lookup (`fast`);
+2. `verify`: ONE target pass and the ordinary verify rule (verify.py), against the law q each
+             draft was actually drawn from — while, independently, `build` fills the cache for
+             the next round: for each k, the F_k tokens the draft model finds likeliest at
+             position k+1 (x_{k+1} left out), and for each such branch (k, t*) γ drafts from
+             the context [committed, x₁..x_k, t*]. All branches of all rows are one batch.
+
+Why it stays exact: which branches are cached depends only on the draft side (the committed
+text, this round's drafts, the draft key), never on the target's randomness in this round; so
+given the outcome, a cached branch's drafts are still a fresh sample from the law q stored with
+them, and the verify rule is exact for drafts from any law it is told (verify.py). A miss's
+backup drafts are verified against their own law the same way. Nothing in the rule changes.
+
+How many t* to cache per k (the fan-out), and the settings users give: ssd_fanout.py.
+
+Saguaro sampling (the paper's sampler, "sampler_x" in its code): draw each draft from
+q' ∝ q with its F+1 likeliest tokens scaled by C ∈ (0, 1]. The draft then proposes the tokens
+the cache will guess a little less often, so when a draft is rejected the residual
+max(0, p − q') puts more mass on them: more hits, for some acceptance. The drafts are verified
+against q' — the law they came from — so this too is exact. C = 1 is plain sampling.
+
+On one device everything runs in sequence (exact, no overlap): the cache costs Σ F_k times a
+round's drafting. Its payoff needs the drafter on hardware of its own, where `build` runs
+while the target verifies.
+
+What this file deliberately leaves out: EAGLE as the primary drafter, a fan-out that differs
+after hits and misses (the reference code's fan_out_list_miss), trees.
+"""
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nanospec.cache import KVCache, rollback, run_if
+from nanospec.drafters import DraftModel, PromptLookup, take_rows
+from nanospec.errors import UserError
+from nanospec.model import forward
+from nanospec.rounds import round_keys
+from nanospec.sampling import SamplingParams, sampling_probs
+from nanospec.speculative import Speculator, StepTrace
+from nanospec.verify import verify
+
+BACKUPS = ("neural", "fast")
+
+
+class SSDState(NamedTuple):
+    """The drafter's state in SSD: its own KV cache and the speculation cache."""
+
+    draft: KVCache  # the draft model's cache (DraftModel's invariant)
+    t: jax.Array  # (B, K) int32: branch j guesses outcome (branch_k[j], t[b, j])
+    drafts: jax.Array  # (B, K, γ) int32: the drafts for the round after that outcome
+    q: jax.Array  # (B, K, γ, V) the law each of them was drawn from
+    outcome: jax.Array  # (B, 2) int32: how the last round ended, (k, t*); (-1, -1) before any
+
+
+class SSDDrafted(NamedTuple):  # speculative.Drafted, and whether it came from the cache
+    drafts: jax.Array  # (B, γ) int32
+    q: jax.Array  # (B, γ, V)
+    n_draft: jax.Array  # (B,) int32
+    hit: jax.Array  # (B,) bool: the last round's outcome was cached
+
+
+class SSDTrace(NamedTuple):
+    """A round of SSD: the StepTrace of its verify, and what the cache did."""
+
+    step: StepTrace
+    hit: jax.Array  # (B,) bool: this round's drafts came from the cache
+    branch_k: jax.Array  # (K,) the k of each branch cached for the NEXT round ...
+    branch_t: jax.Array  # (B, K) ... and its t*
+
+
+def saguaro(q: jax.Array, f, c: float, f_max: int | None = None) -> jax.Array:
+    """q with its f+1 likeliest tokens scaled by c, renormalised: the law drafts are drawn from.
+
+    The f+1: the draft itself and the f corrections the cache will guess. `f` may be traced
+    (the fan-out of the draft's position); `f_max` (default f) bounds it. Worked example:
+    q = [.5 .3 .2], f = 0, c = .5 -> [.25 .3 .2] / .75 = [.333 .4 .267].
+
+    >>> [round(float(x), 3) for x in saguaro(jnp.array([.5, .3, .2]), 0, .5)]
+    [0.333, 0.4, 0.267]
+    """
+    V = q.shape[-1]
+    width = min((f if f_max is None else f_max) + 1, V)
+    _, top = jax.lax.top_k(q, width)  # (..., width): the likeliest first
+    ranked = jnp.arange(width) <= f  # which of them are scaled
+    scaled = jnp.any(jax.nn.one_hot(top, V, dtype=bool) & ranked[:, None], axis=-2)  # (..., V)
+    q = jnp.where(scaled, c * q, q)
+    return q / jnp.sum(q, axis=-1, keepdims=True)
+
+
+def outcome_keys(logits: jax.Array, drafts: jax.Array, branch_k: np.ndarray,
+                 branch_rank: np.ndarray) -> jax.Array:
+    """The t* of every branch: at position k+1 the draft model's likeliest tokens, x_{k+1} left
+    out for k < γ (a rejected draft is never its own correction), ranked by logits.
+
+    logits (B, γ+1, V) the draft model over [last, x₁..x_γ]; drafts (B, γ). Branch j caches
+    the (branch_rank[j]+1)-th likeliest token at k = branch_k[j]. Ranking by logits, not by the
+    sampling law, keeps the order at temperature 0, where the law is one-hot.
+    """
+    B, G1, V = logits.shape
+    out = jnp.arange(V) == jnp.pad(drafts, ((0, 0), (0, 1)), constant_values=-1)[..., None]
+    scores = jnp.where(out, -jnp.inf, logits)  # (B, γ+1, V)
+    _, ids = jax.lax.top_k(scores, int(branch_rank.max()) + 1)  # (B, γ+1, F_max)
+    return ids[:, branch_k, branch_rank]  # (B, K)
+
+
+def lookup(branch_k: np.ndarray, t: jax.Array, outcome: jax.Array):
+    """Is the last outcome (k, t*) cached, and in which branch? -> (hit (B,), branch (B,))."""
+    match = (jnp.asarray(branch_k)[None, :] == outcome[:, :1]) & (t == outcome[:, 1:])  # (B, K)
+    return jnp.any(match, axis=1), jnp.argmax(match, axis=1)
+
+
+def verify_ssd(key, drafts, q, p, n_draft, hit):
+    """The verify rule, the same for hits and misses: every draft is judged against the law it
+    was drawn from (`hit` is not needed: tests/statistical/test_ssd.py breaks the rule by
+    treating misses differently, as the reference code's non-JIT path does)."""
+    return verify(key, drafts, q, p, n_draft)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SSDSpeculator(Speculator):
+    """Chain speculation whose next round is drafted during this one's verify.
+
+        ssd = SSDSpeculator(graphdef=g, cfg=cfg, drafter=DraftModel(dg, dcfg), gamma=4,
+                            eos_id=eos, fanout=(2, 2, 2, 2, 2))  # F = 2 for k = 0..4
+        state, stats = ssd.run(params, dparams, tokens, lengths, key, sp, max_new=32)
+    """
+
+    drafter: DraftModel  # the primary drafter: it drafts the cache (and a neural backup)
+    fanout: tuple[int, ...]  # F_0..F_γ: tokens t* cached for each k accepted
+    saguaro_c: float = 1.0  # C: scale of the F+1 likeliest draft tokens (1: plain sampling)
+    backup: str = "neural"  # a miss drafts with the draft model, or "fast": prompt lookup
+
+    def __post_init__(self):
+        if len(self.fanout) != self.gamma + 1 or min(self.fanout) < 0 or sum(self.fanout) < 1:
+            raise UserError(f"The fan-out needs one count per k = 0..{self.gamma}, each at "
+                            f"least 0 and one branch in all; got {list(self.fanout)}.")
+        if max(self.fanout) > self.cfg.vocab_size - 1:
+            raise UserError(f"A fan-out of {max(self.fanout)} exceeds the {self.cfg.vocab_size - 1} "
+                            f"tokens a correction can be.")
+        if not 0 < self.saguaro_c <= 1:
+            raise UserError(f"Saguaro's C must be in (0, 1], got {self.saguaro_c}.")
+        if self.backup not in BACKUPS:
+            raise UserError(f"Unknown backup {self.backup!r}; choose neural or fast.")
+
+    @property
+    def block(self) -> int:
+        """Slots past the committed length a round may write: a branch after k = γ drafts γ
+        more beyond [x₁..x_γ, t*] (cache.capacity's slack)."""
+        return 2 * self.gamma + 1
+
+    @property
+    def branch_k(self) -> np.ndarray:  # (K,) static: the k each branch guesses
+        return np.repeat(np.arange(self.gamma + 1), self.fanout)
+
+    @property
+    def branch_rank(self) -> np.ndarray:  # (K,) static: 0 for the likeliest t* at its k, ...
+        return np.concatenate([np.arange(f) for f in self.fanout]).astype(int)
+
+    def tilt(self, q, i):
+        """Saguaro's law for draft i (its correction is cached F_i wide), or q itself at C = 1."""
+        if self.saguaro_c == 1.0:
+            return q
+        return saguaro(q, jnp.asarray(self.fanout)[i], self.saguaro_c, max(self.fanout))
+
+    def prefill(self, params, dparams, tokens, lengths, key):
+        state = super().prefill(params, dparams, tokens, lengths, key)
+        B, K, V = tokens.shape[0], len(self.branch_k), self.cfg.vocab_size
+        empty = SSDState(state.dstate, jnp.full((B, K), -1, jnp.int32),
+                         jnp.zeros((B, K, self.gamma), jnp.int32),
+                         jnp.zeros((B, K, self.gamma, V), jnp.float32),
+                         jnp.full((B, 2), -1, jnp.int32))
+        return state._replace(dstate=empty)
+
+    def draft(self, dparams, state, sp: SamplingParams):
+        """The cached branch that matches the last outcome, or the backup's drafts on a miss."""
+        key, _ = round_keys(state.key, state.step)
+        s, B = state.dstate, state.seq.shape[0]
+        hit, branch = lookup(self.branch_k, s.t, s.outcome)
+        rows = jnp.arange(B)
+        cached = (s.drafts[rows, branch], s.q[rows, branch], s.draft)
+
+        def backup(carry):  # only rows that missed keep these
+            drafts, q, cache = carry
+            if self.backup == "neural":
+                d, dq, cache = self.drafter.propose(dparams, cache, state.seq, state.length,
+                                                    jax.random.fold_in(key, 0), sp, self.gamma,
+                                                    self.tilt)
+            else:
+                d, dq, _ = PromptLookup(self.cfg.vocab_size, skip_unmatched=False).propose(
+                    (), (), state.seq, state.length, key, sp, self.gamma)
+            return (jnp.where(hit[:, None], drafts, d), jnp.where(hit[:, None, None], q, dq),
+                    cache)
+
+        # subtle: the backup runs only if some row missed (run_if); a neural backup also
+        # rewrites the draft cache from length − 2 on, which `build` re-reads anyway.
+        drafts, q, cache = run_if(~jnp.all(hit), backup, cached)
+        n_draft = jnp.full((B,), self.gamma, jnp.int32)
+        return SSDDrafted(drafts, q, n_draft, hit), state._replace(dstate=s._replace(draft=cache))
+
+    def rule(self, key, drafted: SSDDrafted, p, n_draft):
+        return verify_ssd(key, drafted.drafts, drafted.q, p, n_draft, drafted.hit)
+
+    def build(self, dparams, state, drafted: SSDDrafted, sp: SamplingParams) -> SSDState:
+        """The speculation cache for the next round, from the draft side alone (no target
+        output): one draft pass over [last, x₁..x_γ] picks the outcomes, then every branch
+        drafts γ tokens from its own context, all branches of all rows in one batch."""
+        key = jax.random.fold_in(round_keys(state.key, state.step)[0], 1)  # not the backup's
+        s, B, G = state.dstate, *drafted.drafts.shape
+        k, K = self.branch_k, len(self.branch_k)
+        last = take_rows(state.seq, state.length - 1, 1)  # (B, 1)
+        block = jnp.concatenate([last, drafted.drafts], axis=1)  # (B, γ+1)
+        positions = (state.length - 1)[:, None] + jnp.arange(G + 1)  # (B, γ+1)
+        d = self.drafter
+        logits, _, cache = forward(d.graphdef, dparams, block, positions,
+                                   rollback(s.draft, state.length - 1))
+        t = outcome_keys(logits, drafted.drafts, k, self.branch_rank)  # (B, K)
+        # Branch j's context: the committed tokens, x₁..x_k, then t* at position length + k.
+        write = lambda row, x, at: jax.lax.dynamic_update_slice(row, x, (at,))
+        seq = jax.vmap(write)(state.seq, drafted.drafts, state.length)  # (B, S)
+        seq = jnp.repeat(seq, K, axis=0)  # (B·K, S)
+        at = (state.length[:, None] + jnp.asarray(k)[None, :]).reshape(-1)  # (B·K,)
+        seq = seq.at[jnp.arange(B * K), at].set(t.reshape(-1))
+        branch_cache = jax.tree.map(lambda x: jnp.repeat(x, K, axis=0), cache)
+        drafts, q, _ = d.propose(dparams, branch_cache, seq, at + 1, key, sp, G, self.tilt)
+        V = q.shape[-1]
+        return s._replace(draft=cache, t=t, drafts=drafts.reshape(B, K, G),
+                          q=q.reshape(B, K, G, V))
+
+    def verify(self, params, dparams, state, drafted: SSDDrafted, sp, max_new):
+        """Judge this round (target) and build the next round's cache (drafter): neither reads
+        the other's output, which is what lets them run at once on two devices."""
+        new_state, step = super().verify(params, dparams, state, drafted, sp, max_new)
+        cache = self.build(dparams, state, drafted, sp)
+        outcome = jnp.stack([step.verdict.n_accepted, step.verdict.token], axis=1)
+        new_state = new_state._replace(dstate=cache._replace(outcome=outcome))
+        return new_state, SSDTrace(step, drafted.hit & step.live, jnp.asarray(self.branch_k),
+                                   cache.t)
+
+    def drafter_commit(self, dparams, dstate, hidden, emitted, start, length):
+        return dstate  # `build` keeps the draft model's cache
+
+    @staticmethod
+    def counts(trace: SSDTrace):
+        return (*Speculator.counts(trace.step), trace.hit)
