@@ -140,7 +140,9 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
     loop.check([len(prompt_ids)], max_new)
     cap = capacity(cfg.n_ctx, bucket(len(prompt_ids), cfg.n_ctx), max_new, loop.block)
     loop = replace(loop, capacity=cap)
-    plan = plan_chunks(bundle, method, num_samples, loop.block, cap, memory_budget, with_events)
+    branches = len(loop.branch_k) if isinstance(loop, SSDSpeculator) else 0
+    plan = plan_chunks(bundle, method, num_samples, loop.block, cap, memory_budget, with_events,
+                       branches)
     tokens, lengths = pad_prompts([prompt_ids] * plan.rows, cfg.n_ctx)
     dyn = dict(params=bundle.models["target"][2], dparams=dparams, tokens=tokens,
                lengths=lengths, key=jax.random.key(seed),

@@ -96,6 +96,10 @@ def show_rounds(console: Console, events: list[dict]) -> None:
             console.print(Text(f"fan-out {start['fanout']}, C = {start['saguaro_c']}: ◆ the "
                                f"drafts were ready in the cache  ◇ a miss ({start['backup']} "
                                f"backup drafted)", style="dim"))
+            if start["saguaro_c"] < 1:  # the q printed is the law the drafts were drawn from
+                console.print(Text(f"q is Saguaro's law q' (the draft's q with the cached "
+                                   f"guesses scaled by C = {start['saguaro_c']}): the drafts "
+                                   f"were drawn from q' and judged against it", style="dim"))
     by_round: dict[tuple[int, int], list[dict]] = {}
     for e in events:
         if "round" in e:

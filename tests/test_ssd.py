@@ -16,7 +16,7 @@ import nanospec.ssd_fanout
 from nanospec.decode import Bundle
 from nanospec.drafters import DraftModel
 from nanospec.errors import UserError
-from nanospec.generate import pad_prompts
+from nanospec.generate import bucket, pad_prompts
 from nanospec.measure.bench import plan_runs
 from nanospec.rounds import generated
 from nanospec.sampling import GREEDY, SamplingParams
@@ -154,6 +154,7 @@ def test_generate_ssd_traces_where_every_round_drafted_from(capsys, tiny_ckpt_di
     code, out, err = run(capsys, tiny_ckpt_dir, *args, "--show")
     lines = [line for line in out.splitlines() if line.startswith("round")]
     assert "◆ the drafts were ready in the cache" in out and "cache hit rate" in out
+    assert "q is Saguaro's law q' (the draft's q with the cached guesses scaled by C = 0.5)" in out
     assert [line.split()[3] for line in lines] == ["◆" if e["hit"] else "◇" for e in rounds]
 
 
@@ -173,3 +174,22 @@ def test_bench_runs_ssd_chains_and_skips_its_trees(tiny_ckpt_dir):
     assert runs == [("ssd", 2)] and tree_runs == []
     assert skipped == [{"method": "ssd", "tree": "2,1",
                         "reason": "ssd pre-drafts a chain for each outcome it guesses"}]
+
+
+def test_the_memory_plan_and_the_demo_size_caches_for_ssds_branches(tiny_ckpt_dir):
+    """SSD's rows hold a draft cache per branch, and its round writes 2γ+1 slots: a memory plan
+    that forgot the branches would overrun its budget, a demo cache sized for γ+1 would clamp."""
+    from nanospec.cache import capacity
+    from nanospec.measure.samples import plan_chunks
+    from viz.live import LiveRun
+    from viz.settings import Settings
+    bundle = Bundle.load(tiny_ckpt_dir, ["target", "draft"])
+    budget = 2**24
+    draft = plan_chunks(bundle, "draft", 10**6, 4, 64, budget)
+    ssd = plan_chunks(bundle, "ssd", 10**6, 4, 64, budget, branches=8)
+    ar = plan_chunks(bundle, "ar", 10**6, 1, 64, budget)
+    assert ssd.rows < draft.rows < ar.rows
+    run = LiveRun(bundle, Settings(method="ssd", gamma=3, max_new=8))
+    assert run.loop.block == 7
+    n_ctx = bundle.models["target"][0].n_ctx
+    assert run.loop.capacity == capacity(n_ctx, bucket(len(run.prompt_ids), n_ctx), 8, 7)

@@ -48,6 +48,7 @@ class LiveRun:
         self.autoregressive = settings.method == "ar"
         loop, self.dparams = make_loop(bundle, settings.method, settings.gamma)
         loop.check([len(self.prompt_ids)], settings.max_new)
+        self._block = loop.block  # the cache slack a round writes: γ+1, 2γ+1 for SSD, 1 for AR
         self.loop = replace(loop, capacity=self._capacity)
         self.drafter = None if self.autoregressive else loop.drafter
         self.programs = None  # compile() fills it in
@@ -62,8 +63,8 @@ class LiveRun:
     @property
     def _capacity(self) -> int:
         s = self.settings
-        block = 1 if self.autoregressive else s.gamma + 1
-        return capacity(self.cfg.n_ctx, bucket(len(self.prompt_ids), self.cfg.n_ctx), s.max_new, block)
+        return capacity(self.cfg.n_ctx, bucket(len(self.prompt_ids), self.cfg.n_ctx), s.max_new,
+                        self._block)
 
     def start_event(self) -> dict:
         s = self.settings

@@ -48,10 +48,13 @@ def row_bytes(cfgs, block: int, capacity: int) -> int:
 
 
 def plan_chunks(bundle, method: str, n: int, block: int, capacity: int, budget: int,
-                one_batch: bool = False) -> Plan:
+                one_batch: bool = False, branches: int = 0) -> Plan:
     """How to split n samples so that a chunk fits `budget`; `one_batch`: all n in one chunk
-    (a traced run follows every row round by round), or one sentence saying how many fit."""
-    cfgs = [bundle.models["target"][0]] + ([bundle.models["draft"][0]] if method == "draft" else [])
+    (a traced run follows every row round by round), or one sentence saying how many fit.
+    `branches`: SSD's speculation cache keeps a draft cache per branch, on top of the row's own."""
+    cfgs = [bundle.models["target"][0]]
+    if method in ("draft", "ssd"):  # only these load the draft model
+        cfgs += [bundle.models["draft"][0]] * (1 + branches)
     fit = budget // row_bytes(cfgs, block, capacity)
     if fit < 1:
         raise UserError(f"One sample of this prompt needs more than the memory budget of "
