@@ -13,6 +13,7 @@
     round_table.py   the drafts with q, p, u, p/q and ✓ ✗ · ↻ ★
     charts.py        bars of q, p and the residual for the position under the cursor
     stats_panel.py   running statistics from nanospec.trace.summarize()
+    cache_panel.py   SSD's speculation cache: its guesses, the one that came true ◆, hits
     timeline.py      draft vs verify time per round
     status_bar.py    settings, play state and the "compiling…" spinner
     key_bar.py       every control in the footer, wrapping on narrow screens

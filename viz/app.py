@@ -22,6 +22,7 @@ from textual.widgets import Static
 
 from nanospec.errors import UserError
 from nanospec.trace import summarize
+from viz.cache_panel import CachePanel, cache_state, cache_title
 from viz.charts import ProbCharts
 from viz.demo_keys import KEYS, KeyActions
 from viz.draw import LEGEND
@@ -91,6 +92,7 @@ class DemoApp(KeyActions, Toasts, App):
             yield RoundTable(id="round")
             yield ProbCharts(id="charts")
         yield Static(id="caption")
+        yield CachePanel(id="cache")  # SSD's speculation cache; hidden for other methods
         with Horizontal(id="bottom"):
             yield StatsPanel(id="stats")
             yield Timeline(id="timeline")
@@ -112,6 +114,7 @@ class DemoApp(KeyActions, Toasts, App):
 
     def on_resize(self) -> None:
         self._title_text()
+        self._draw_cache(self._frame())  # its title shortens to fit
 
     def _title_text(self) -> None:
         """The legend in the text panel's title: in full, or its symbols where it would not fit."""
@@ -144,7 +147,19 @@ class DemoApp(KeyActions, Toasts, App):
         timeline.times = tuple((r.draft_ms, r.verify_ms) for r in shown)
         timeline.current = pos.round if pos else 0
         timeline.compile_ms = self.recording.compile_ms if self.recording else None
+        self._draw_cache(frame)
         self._draw_status(frame)
+
+    def _draw_cache(self, frame) -> None:
+        """SSD's speculation cache, for an ssd run only (other methods never see the panel)."""
+        start = self.recording.start if self.recording else {}
+        panel = self.query_one(CachePanel)
+        panel.display = start.get("method") == "ssd"
+        if panel.display:
+            backup = start.get("backup", "")
+            state = cache_state(self.rounds, frame, self.done, backup) if frame else None
+            panel.state = state
+            panel.border_title = cache_title(state, self.size.width) if state else "speculation cache"
 
     def _where(self, frame, of: str = " of ") -> str:
         more = "" if self.done else "+"  # more rounds are on their way

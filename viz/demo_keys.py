@@ -104,7 +104,8 @@ class KeyActions:
         return self.live
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        ssd = self.recording is not None and self.recording.start.get("method") == "ssd"
+        self.push_screen(HelpScreen(ssd))
 
     def action_edit(self) -> None:
         if self._live_only():

@@ -3,9 +3,11 @@
 Every mark is a symbol first and a colour second, so the screen reads in a monochrome terminal
 (NO_COLOR=1) and to colour-blind viewers: ? pending (drafted, not yet judged: bold and in the
 draft's colour, so it never reads as punctuation), ✓ accepted, ✗ rejected (struck through),
-· discarded (greyed), ↻ resampled from the residual, ★ bonus. The symbols are nanospec's own (`nanospec
-generate --show`); the colours are picked so that Textual's NO_COLOR greyscale keeps each one
-light enough to read on a dark background (its ANSI red and magenta turn almost black there).
+· discarded (greyed), ↻ resampled from the residual, ★ bonus; and for SSD's speculation
+cache, ◆ a hit (lit: the branch the next round drafts from) and ◇ a miss. The symbols are
+nanospec's own (`nanospec generate --show`); the colours are picked so that Textual's NO_COLOR
+greyscale keeps each one light enough to read on a dark background (its ANSI red and magenta
+turn almost black there).
 
 >>> bar(0.5, 4), bar(1.0, 2), bar(0.3, 2), bar(0.001, 3)
 ('██  ', '██', '▌ ', '▏  ')
@@ -22,6 +24,7 @@ LEGEND = "? pending  ✓ accepted  ✗ rejected  · discarded  ↻ resampled  �
 # Colours (each stays light in greyscale): the draft, the target, a rejection, an error.
 DRAFT, TARGET, REJECT = "orchid", "cornflower_blue", "indian_red1"
 PENDING = ("?", f"bold {DRAFT}")  # drafted, not judged yet: the draft's colour, not the text's
+CACHE_MARKS = {"hit": ("◆", f"bold {DRAFT}"), "miss": ("◇", "bold")}  # the draft made the cache
 STYLES = {"accept": "bold green", "reject": f"bold {REJECT} strike", "discard": "dim strike",
           "resample": "bold yellow", "bonus": "bold cyan"}
 

@@ -3,6 +3,7 @@ output stays exact.
 
 A modal screen over the demo; `?`, Escape or q closes it. The text is plain data (`HELP`), so
 it reads the same here as in the test that checks every symbol the screen draws is explained.
+An ssd run's help also explains the speculation cache's ◆ and ◇ (`CACHE`).
 
 What this file deliberately leaves out: the keys (the key bar at the bottom lists them).
 """
@@ -15,7 +16,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from viz.draw import STYLES, mark
+from viz.draw import CACHE_MARKS, STYLES, mark
 
 SYMBOLS = (
     ("drafted", "pending: drafted, awaiting the verify pass's verdict"),
@@ -24,6 +25,12 @@ SYMBOLS = (
     ("discard", "discarded: after a rejection, never judged"),
     ("resample", "resampled: the target's replacement, drawn from the residual"),
     ("bonus", "bonus: every draft kept, so one more token comes free, drawn from p"),
+)
+
+CACHE = (  # shown for ssd runs only
+    ("hit", "hit: the round's drafts were ready in SSD's speculation cache; a lit ◆ branch "
+            "is the guess that came true, which the next round drafts from"),
+    ("miss", "miss: the last round's outcome (k, t*) was not cached, so the backup drafted"),
 )
 
 NUMBERS = (
@@ -41,7 +48,7 @@ WHY = ("Why the output is exactly the target's: a draft x is kept with probabili
        "decoded alone: see accept_reject and residual in nanospec/verify.py.")
 
 
-def help_view() -> Table:
+def help_view(ssd: bool = False) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True)
     grid.add_column()
@@ -49,6 +56,9 @@ def help_view() -> Table:
         symbol, style = mark(kind)
         grid.add_row(Text(f"  {symbol}", style=STYLES.get(kind, style).replace(" strike", "")),
                      words)
+    for kind, words in CACHE if ssd else ():
+        symbol, style = CACHE_MARKS[kind]
+        grid.add_row(Text(f"  {symbol}", style=style), words)
     for name, words in NUMBERS:
         grid.add_row(Text(f"  {name}", style="bold"), words)
     return grid
@@ -64,10 +74,14 @@ class HelpScreen(ModalScreen[None]):
     #why { margin-top: 1; }
     """
 
+    def __init__(self, ssd: bool = False):
+        super().__init__()
+        self.ssd = ssd  # an ssd run: explain the speculation cache's marks too
+
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help") as box:
             box.border_title = "help (? or Esc closes)"
-            yield Static(help_view())
+            yield Static(help_view(self.ssd))
             yield Static(Text(WHY, style="italic"), id="why")
 
     def action_close(self) -> None:

@@ -68,10 +68,14 @@ class LiveRun:
 
     def start_event(self) -> dict:
         s = self.settings
-        return run_start(self.bundle.tok, s.prompt, self.prompt_ids, s.method,
-                         0 if self.autoregressive else s.gamma, s.temperature, s.top_k, s.top_p,
-                         s.seed, target=self.cfg.name,
-                         drafter="none" if self.autoregressive else self.drafter.name)
+        event = run_start(self.bundle.tok, s.prompt, self.prompt_ids, s.method,
+                          0 if self.autoregressive else s.gamma, s.temperature, s.top_k, s.top_p,
+                          s.seed, target=self.cfg.name,
+                          drafter="none" if self.autoregressive else self.drafter.name)
+        if s.method == "ssd":  # as `nanospec generate --trace` records it; the cache panel
+            event.update(fanout=list(self.loop.fanout), saguaro_c=self.loop.saguaro_c,
+                         backup=self.loop.backup)  # says which backup drafts after a miss
+        return event
 
     def _inputs(self):
         s = self.settings

@@ -11,6 +11,10 @@ Worked example (γ = 3, the draft proposed ' Paris', ' and', ' the'):
     draft ×3 -> verify -> accept ' Paris', reject ' and', discard ' the' -> resample ' is'
     Round(accepted=1, judged=2, extra=Extra("resample", ' is', ...), emitted_text=" Paris is")
 
+An SSD round (nanospec/ssd.py) also carries its `ssd` event as `Round.ssd`, a `Speculation`:
+where this round's drafts came from, how the round ended, and the cache it built for the next
+round; other methods' rounds (and traces from before SSD) have `ssd = None`.
+
 What this file deliberately leaves out: rows other than row 0 (the visualiser follows one
 sequence; `nanospec generate --num-samples` traces still replay, showing their first row), and
 token trees: a tree trace is refused with a pointer to `nanospec generate --tree ... --show`,
@@ -61,6 +65,43 @@ class Extra:
 
 
 @dataclass(frozen=True)
+class Speculation:
+    """SSD's side of one round (the trace's `ssd` event). Mind the tenses: `hit` looks back,
+    `outcome` is now, `cache` looks ahead. Round 1 of tests/viz/data/capital-ssd.jsonl:
+
+        Speculation(hit=False, source="backup", outcome=(0, 1519),
+                    cache=((0, 1519, ' Par'), (0, 1972, ' Athens'), (1, 1462, 'akar'), ...))
+
+    Round 1 had no cache to draft from (a miss: the backup drafted); it accepted no draft and
+    ended with ↻ ' Par' (id 1519), which is branch 0 of the cache it built — so round 2 drafts
+    from that branch, and round 2's own Speculation has hit=True.
+    """
+
+    hit: bool  # THIS round's drafts came from the cache the LAST round built (round 1: never)
+    source: str  # "cache" (a hit) or "backup" (a miss: the backup drafter drafted them)
+    outcome: tuple[int, int]  # how THIS round ended: (k drafts accepted, then token t*)
+    cache: tuple[tuple[int, int, str], ...]  # built during THIS round for the NEXT: (k, t*, text)
+
+    @property
+    def branch(self) -> int | None:
+        """The cache entry matching this round's outcome — the one the next round drafts
+        from — or None: the next round is a miss."""
+        return next((j for j, (k, t, _) in enumerate(self.cache) if (k, t) == self.outcome), None)
+
+
+def speculation_from_event(e: dict) -> Speculation:
+    """An `ssd` event -> a Speculation; a malformed one is a ValueError (or KeyError)."""
+    outcome, cache = e["outcome"], e["cache"]
+    well_formed = (_is(e["hit"], bool) and e["source"] in ("cache", "backup")
+                   and len(outcome) == 2 and all(_is(x, int) for x in outcome)
+                   and all(len(c) == 3 and _is(c[0], int) and _is(c[1], int) for c in cache))
+    if not well_formed:
+        raise ValueError("its ssd event is malformed")
+    return Speculation(e["hit"], e["source"], (outcome[0], outcome[1]),
+                       tuple((int(k), int(t), str(text)) for k, t, text in cache))
+
+
+@dataclass(frozen=True)
 class Round:
     index: int  # 0-based round number
     drafts: tuple[Draft, ...]  # γ proposals (none when the drafter had nothing to propose)
@@ -74,6 +115,7 @@ class Round:
     draft_ms: float
     verify_ms: float
     events: tuple  # the raw events, for summarize() and for saving the trace
+    ssd: Speculation | None = None  # SSD's cache and where the drafts came from (else None)
 
     @property
     def gamma(self) -> int:
@@ -152,7 +194,8 @@ def round_from_events(events: list[dict]) -> Round:
         emitted_text=str(end["emitted_text"]),
         draft_ms=float(end["draft_ms"]),
         verify_ms=float(end["verify_ms"]),
-        events=tuple(events))
+        events=tuple(events),
+        ssd=speculation_from_event(_one(by_type, "ssd")) if "ssd" in by_type else None)
 
 
 @dataclass

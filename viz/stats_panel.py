@@ -59,16 +59,16 @@ def headline(s: dict) -> list[tuple[str, str, str]]:
             ("target calls saved", f"{s['target_calls_saved']}", "")]
 
 
-def flow(items: list[Text], width: int) -> Text:
-    """Items joined two spaces apart, a new line only *between* items: never mid-label."""
+def flow(items: list[Text], width: int, sep: str = "  ") -> Text:
+    """Items joined by `sep` (two spaces), a new line only *between* items: never mid-label."""
     out, line = Text(no_wrap=True, overflow="ellipsis"), 0
     for item in items:
-        if line and line + 2 + len(item) > width:
+        if line and line + len(sep) + len(item) > width:
             out.append("\n")
             line = 0
         elif line:
-            out.append("  ")
-            line += 2
+            out.append(sep)
+            line += len(sep)
         out.append_text(item)
         line += len(item)
     return out
