@@ -17,20 +17,21 @@
 # 1. **Identity** (`test_verify_identity.py`, `test_tree_identity.py`): no sampling — the law
 #    implied by the rule's own acceptance probabilities and residual equals p to 1e-9, for 300
 #    random (p, q) pairs. False failures: none.
-# 2. **Joint law** (`test_joint_law.py`, `test_drafters_law.py`, `test_tree_law.py`): tiny V = 5
-#    models, so all 625 four-token continuations can be enumerated; N = 100,000 runs of the real
-#    loop (20,000 in the default run) must fit with a chi-square p-value above 1e-4: one false
-#    failure in 10,000 runs per test.
-# 3. **Power** (`test_power.py` at N = 50,000; the drafter, tree and SSD files at 20,000): the same
-#    test must reject broken samplers with p-values below 1e-12 — eight orders of magnitude
-#    past the threshold, not by luck. One break keeps the text's law (dropping the bonus
-#    token: the next round samples it instead); only the law of a single round catches it.
+# 2. **Joint law** (`test_joint_law.py`, `test_drafters_law.py`, `test_tree_law.py`,
+#    `test_ssd.py`): tiny V = 5 models, so all 625 four-token continuations can be enumerated;
+#    N = 100,000 runs of the real loop (SSD's: 50,000; 20,000 in the default run) must fit with
+#    a chi-square p-value above 1e-4: one false failure in 10,000 runs per test.
+# 3. **Power** (`test_power.py` at N = 50,000; the drafter and tree files at 20,000, SSD's at
+#    10,000): the same test must reject broken samplers with p-values below 1e-12 — eight
+#    orders of magnitude past the threshold, not by luck. One break keeps the text's law
+#    (dropping the bonus token: the next round samples it instead); only the law of a single
+#    round catches it.
 # 4. **Greedy identity** (`test_greedy_identity.py`): at T = 0, speculative text equals
 #    autoregressive text token for token on the shipped models; near-ties are reported. No
 #    randomness, no false failures.
-# 5. **Two-sample** (`test_two_sample.py`): shipped models, 8,000 two-token continuations
-#    with and without speculation, a homogeneity test at 1e-4 (one false failure in 10,000 per
-#    drafter); the draft model's own samples must be rejected with p < 1e-12.
+# 5. **Two-sample** (`test_two_sample.py`): shipped models, 4,000 two-token continuations
+#    with and 4,000 without speculation, a homogeneity test at 1e-4 (one false failure in
+#    10,000 per drafter); the draft model's own samples must be rejected with p < 1e-12.
 #
 # This lesson does layers 2 and 3 on one drafted token — lesson 04's p and q — where a test
 # costs milliseconds, so we can repeat it a thousand times and *count* its errors.

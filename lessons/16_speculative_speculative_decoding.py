@@ -1,0 +1,354 @@
+# %% [markdown]
+# # Lesson 16 — Speculative speculative decoding
+#
+# **You will see** SSD round by round on "The capital of France is", greedy and at T = 1:
+# each round's drafts and verdict, how it ended (the outcome (k, t*)), the speculation cache
+# built meanwhile for the next round, and whether that round found its drafts there (◆) or
+# drafted them late (◇); then the outcome space, the hit rate against the fan-out, SSD's
+# exactness checked (and a broken version caught), and what the cache costs on one device.
+#
+# **It explains** `nanospec/ssd.py` (`SSDSpeculator`: `draft` from the cache or a backup,
+# `verify`, `build`), `nanospec/ssd_fanout.py` (uniform and geometric fan-outs) and the trace's
+# `ssd` events (`nanospec/trace.py`).
+#
+# In ordinary speculation the drafter waits while the target verifies. SSD (Kumar, Dao & May,
+# ICLR 2026) keeps it busy: while round r is verified, the draft model guesses how round r
+# will end and drafts round r+1 for each guess. If the guess was right, round r+1's drafts
+# are ready the moment round r ends; if not, a backup drafts them then, as usual.
+
+# %%
+from dataclasses import replace
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from scipy import stats
+
+import nanospec.ssd
+from nanospec import aot
+from nanospec.cache import capacity
+from nanospec.decode import make_loop
+from nanospec.drafters import DraftModel
+from nanospec.generate import pad_prompts
+from nanospec.measure.ssd_hits import fit_r
+from nanospec.measure.workloads import workload_prompts
+from nanospec.model import GPT, ModelConfig, forward
+from nanospec.rounds import generated
+from nanospec.sampling import SamplingParams, sample_rows, sampling_probs
+from nanospec.ssd import SSDSpeculator
+from nanospec.ssd_fanout import SSDOptions, parse_fanout, uniform_fanout
+from nanospec.teach import bar, claim, console, shipped, table, tv
+from nanospec.trace import events_from_step
+from nanospec.verify import verify
+
+bundle = shipped("target", "draft")
+tok = bundle.tok
+cfg, graphdef, params = bundle.models["target"]
+GAMMA, F, NEW = 4, 3, 48  # γ drafts a round; 3 corrections t* cached for every k; new tokens
+PROMPTS = ["The capital of France is"] + workload_prompts("facts", 31)  # row 0, then 31 more
+tokens, lengths = pad_prompts([tok.encode_prompt(s) for s in PROMPTS], cfg.n_ctx)
+# Every loop runs all NEW tokens in every row (no EOS), in a cache sized for them:
+fit = lambda loop: replace(loop, eos_id=-1, capacity=capacity(cfg.n_ctx, tokens.shape[1], NEW,
+                                                              loop.block))
+ssd, dparams = make_loop(bundle, "ssd", GAMMA, ssd=SSDOptions(str(F)))
+ssd = fit(ssd)
+K, RANK = ssd.branch_k, ssd.branch_rank  # branch j caches the (RANK[j]+1)-th guess at k = K[j]
+T0, T1 = SamplingParams.make(0.0), SamplingParams.make(1.0)
+
+
+class Round(NamedTuple):  # one SSD round of every row, on the host
+    live: np.ndarray  # (B,) the row took part
+    hit: np.ndarray  # (B,) its drafts came from the cache built last round
+    drafts: np.ndarray  # (B, γ)
+    k: np.ndarray  # (B,) drafts accepted ...
+    t: np.ndarray  # (B,) ... then t*: the correction, or the bonus if k = γ
+    cache: np.ndarray  # (B, K) the t* of each branch cached for the NEXT round
+    seconds: dict  # the step-wise driver's draft_s and verify_s (all rows together)
+    events: list  # row 0's trace events (the first 4 rounds)
+
+
+def run(sp, seed=0):
+    """Every SSD round of the 32 rows, step by step (the step-wise driver), and the final state."""
+    out = []
+    for r, rnd in enumerate(ssd.rounds(params, dparams, tokens, lengths, jax.random.key(seed),
+                                       sp, NEW)):
+        t, v = rnd.trace, rnd.trace.step.verdict
+        events = [e for e in events_from_step(t, tok, r) if e["row"] == 0] if r < 4 else []
+        arrays = (t.step.live, t.hit, t.step.drafts, v.n_accepted, v.token, t.branch_t)
+        out.append(Round(*map(np.asarray, arrays), rnd.seconds, events))
+    return out, rnd.state
+
+
+greedy, greedy_state = run(T0)
+sampled, _ = run(T1)
+
+# %% [markdown]
+# ## Round by round
+#
+# Row 0 of a batch of 32 (the other 31 are the facts prompts of the benchmark), γ = 4, and
+# F = 3 corrections cached for every k: 15 branches. Each draft is marked ✓ accepted, ×
+# rejected, · never judged. Then the outcome, and the cache built *during* this round's
+# verify, one line per k: the draft model's three likeliest tokens at position k+1. If the
+# outcome is among them, the next round's drafts are ready (◆); if not, the next round
+# drafts late, with the backup (◇). Round 1 always drafts late: there was no round before it.
+
+# %%
+MARK = {"accept": "✓", "reject": "×", "discard": "·"}
+
+
+def show(rounds, title):
+    console.rule(title)
+    for r, rnd in enumerate(rounds[:4]):
+        ev = rnd.events
+        s = next(e for e in ev if e["type"] == "ssd")
+        drafts = " ".join(f"{e['text']!r}{MARK[e['type']]}" for e in ev if e["type"] in MARK)
+        end = next(e for e in ev if e["type"] in ("resample", "bonus"))
+        k, t = s["outcome"]
+        console.print(f"round {r + 1} {'◆' if s['hit'] else '◇'} drafts from the {s['source']}:"
+                      f" {drafts}", markup=False)
+        console.print(f"    outcome (k = {k}, t* = {end['text']!r}): "
+                      f"{'the bonus' if end['type'] == 'bonus' else 'a correction'}", markup=False)
+        cached = any(kj == k and x == t for kj, x, _ in s["cache"])
+        for j in range(GAMMA + 1):
+            guesses = " ".join(repr(text) for kj, _, text in s["cache"] if kj == j)
+            console.print(f"    cache k = {j}: {guesses}" + (f"   ← the outcome: round {r + 2} ◆"
+                          if cached and j == k else ""), markup=False)
+        if not cached:
+            console.print(f"    the outcome is not cached: round {r + 2} ◇", markup=False)
+
+
+show(greedy, "T = 0")
+text = generated(greedy_state, lengths)[0]
+text = text[:text.index(tok.eos_id)] if tok.eos_id in text else text
+console.print(f"the greedy text: {PROMPTS[0] + tok.decode(text)!r}", markup=False)
+show(sampled, "T = 1")
+
+# %% [markdown]
+# `hit` in a round's `ssd` event says where THIS round's drafts came from; its `outcome` and
+# `cache` are this round's, for the next. The loop decides a hit exactly as printed above: the
+# next round hits if and only if (k, t*) is one of the cached branches. We check it on every
+# round of every row, greedy and sampled.
+
+# %%
+def looked_up(rounds, f):
+    """f(round) (B,) of every round and row that a next round looked up (the row's next round
+    took part), in one array."""
+    return np.concatenate([f(before)[now.live] for before, now in zip(rounds, rounds[1:])])
+
+
+def would_hit(rounds, fanout):
+    """Was each looked-up outcome (k, t*) among the branches that a fan-out `fanout` (F_0..F_γ,
+    none above F) would have cached?"""
+    keep = RANK < np.asarray(fanout)[K]  # (K,) which of the F = 3 branches it keeps
+    return looked_up(rounds, lambda r: np.any((K == r.k[:, None]) & (r.cache == r.t[:, None])
+                                              & keep, axis=1))
+
+
+flags = lambda rounds: np.concatenate([r.hit[r.live] for r in rounds[1:]])
+agree = all(np.array_equal(would_hit(rs, uniform_fanout(F, GAMMA)), flags(rs))
+            for rs in (greedy, sampled))
+claim(agree, f"in all {len(flags(greedy)) + len(flags(sampled))} rounds but each row's first, a "
+      "round hit exactly when the last outcome (k, t*) was in the last round's cache")
+
+# %% [markdown]
+# ## The outcome space
+#
+# A round with γ drafts ends in one of (γ+1)·V outcomes: k = 0..γ drafts accepted, then one
+# token t* out of V. For k < γ, t* is the residual's draw after draft k+1 was rejected. A
+# draft x can be rejected only where q(x) > p(x), and there the residual norm(max(0, p − q))
+# has no mass. So t* is never the rejected x_{k+1} (greedy: x_{k+1} was not the target's
+# argmax, t* is), and `build` leaves x_{k+1} out of its guesses at k instead of wasting a
+# branch on it. For k = γ, t* is the bonus from p_{γ+1}: any token. Here (γ+1)·V = 5 · 2048 =
+# 10,240 outcomes, and the cache holds 15 of them.
+
+# %%
+x_next = lambda r, k: r.drafts[np.arange(len(r.k))[:, None], np.minimum(k, GAMMA - 1)]  # x_{k+1}
+rejected = np.concatenate([(r.t != x_next(r, r.k[:, None])[:, 0])[r.live & (r.k < GAMMA)]
+                           for r in greedy + sampled])
+guessed = [((K < GAMMA) & (r.cache == x_next(r, K)))[r.live] for r in greedy + sampled]
+claim(rejected.all(), f"in all {len(rejected)} rounds that ended in a rejection, t* was not the "
+      "rejected draft x_(k+1)")
+claim(not any(g.any() for g in guessed), "and no cached branch (k < γ, t*) ever guessed x_(k+1)")
+
+ks = looked_up(sampled, lambda r: r.k)  # how each round ended, aligned with would_hit
+share = np.bincount(ks, minlength=GAMMA + 1) / len(ks)
+by_f = {f: would_hit(sampled, uniform_fanout(f, GAMMA)) for f in (1, 2, 3)}
+table("T = 1: how rounds ended, and the share of each k's outcomes that F per k caches",
+      ["k", "t*", "rounds", *(f"F = {f}" for f in by_f), ""],
+      [[k, "bonus" if k == GAMMA else "correction", f"{share[k]:.2f}",
+        *(f"{by_f[f][ks == k].mean():.2f}" for f in by_f), bar(share[k], 1, 12)]
+       for k in range(GAMMA + 1)])
+
+# %% [markdown]
+# Most rounds end with the bonus: after γ drafts the target agreed with, the next token is
+# usually easy, and the draft model guesses it well. The corrections are the hard part: a
+# sample from the residual, which lives where the draft model under-proposed.
+#
+# ## Hit rate against the fan-out
+#
+# One run with F = 3 answers for every smaller fan-out: its branches at k are the draft
+# model's likeliest tokens there, in order, so a cache of F_k ≤ 3 at each k is its first F_k
+# — and a round it hits is a round every larger fan-out hits too (on the same rounds, more
+# branches can only add hits). `--fanout geometric:10` splits 10 branches over k as
+# F_k ∝ P(k)^(1/(1+r)), with the acceptance rate and r measured on the shipped pair
+# (ssd_fanout.py). (± is two standard errors, rounds taken as independent.)
+
+# %%
+geometric = {t: parse_fanout("geometric:10", GAMMA, t) for t in (0.0, 1.0)}
+claim(max(max(f) for f in geometric.values()) <= F, f"every fan-out below caches at most {F} "
+      f"per k, so the F = {F} run answers for it")
+hit = {(f, t): would_hit(rs, uniform_fanout(f, GAMMA)) for f in (1, 2, 3)
+       for t, rs in ((0.0, greedy), (1.0, sampled))}
+for t, rs in ((0.0, greedy), (1.0, sampled)):
+    hit["geometric", t] = would_hit(rs, geometric[t])
+pct = lambda h: f"{100 * h.mean():.1f} ± {200 * np.sqrt(h.mean() * (1 - h.mean()) / len(h)):.1f}%"
+table(f"hit rate, {len(hit[1, 0.0])} greedy and {len(hit[1, 1.0])} sampled rounds",
+      ["fan-out", "branches", "T = 0", "T = 1"],
+      [[f"uniform F = {f}", 5 * f, pct(hit[f, 0.0]), pct(hit[f, 1.0])] for f in (1, 2, 3)]
+      + [["geometric:10", 10, pct(hit["geometric", 0.0]), pct(hit["geometric", 1.0])]])
+console.print(f"geometric:10 caches F_0..F_4 = {geometric[0.0]} greedy, {geometric[1.0]} at T = 1")
+r = {t: fit_r([1, 2, 3], [hit[f, t].mean() for f in (1, 2, 3)]) for t in (0.0, 1.0)}
+console.print(f"misses fall as F^(−r): r = {r[0.0]:.2f} greedy, {r[1.0]:.2f} at T = 1 "
+              f"(docs/results.md, on more rounds: 1.68 and 0.37)")
+more = [hit[f, 1.0].sum() for f in (1, 2, 3)]
+claim(more[0] < more[1] < more[2], f"at T = 1 more branches, more hits: {more[0]}, {more[1]} "
+      f"and {more[2]} of {len(hit[1, 1.0])} rounds with F = 1, 2, 3")
+claim(hit[2, 0.0].mean() >= 0.8, f"greedy, 10 branches (F = 2) hit {hit[2, 0.0].mean():.0%} "
+      "of rounds: after a rejection t* is the target's argmax, one token to guess")
+claim(r[0.0] > 1.5 * r[1.0], f"greedy, misses fall faster with F (r = {r[0.0]:.2f}) than at "
+      f"T = 1 (r = {r[1.0]:.2f}), where t* is a sample from the residual")
+a = np.mean(np.concatenate([rnd.k[rnd.live] for rnd in sampled])) / GAMMA
+gain = hit["geometric", 1.0].mean() - hit[2, 1.0].mean()
+claim(abs(gain) < 0.05, f"at T = 1 the geometric split moved the hit rate by {100 * gain:+.1f} "
+      f"points from uniform F = 2: with drafts accepted at a = {a:.2f}, the outcomes are spread "
+      "too evenly over k for the split to matter much")
+
+# %% [markdown]
+# ## Why it is still exact
+#
+# Which branches get cached, and their drafts, depend only on the draft side: the committed
+# text, this round's drafts and the draft's key — never on the target's randomness in the
+# round being verified. So given the outcome, the branch that matches it holds a fresh sample
+# from the law q stored with it, and the verify rule is exact for drafts from any law it is
+# told (lesson 04). A miss's backup drafts are judged the same way. Nothing in the rule
+# changes. Greedy, that means SSD writes the target's greedy text, token for token:
+
+# %%
+ar = fit(make_loop(bundle, "ar")[0])
+ar_state, _ = ar.run(params, (), tokens, lengths, jax.random.key(0), T0, NEW)
+same = generated(ar_state, lengths) == generated(greedy_state, lengths)
+claim(same, f"greedy, SSD wrote the autoregressive text on all {len(PROMPTS)} rows × {NEW} tokens")
+
+# %% [markdown]
+# At T > 0 we test the law, as the suite does (tests/statistical/test_ssd.py): on tiny random
+# models with V = 5, where every 4-token continuation can be enumerated (5⁴ = 625 of them)
+# and the target's exact law computed; 4,000 runs of the real SSD loop (γ = 3, one branch per
+# k), a chi-square test as in lesson 15. Then the same test on a broken SSD that judges misses
+# as the paper's reference code does outside JIT: accept a draft iff it is the target's argmax,
+# else sample from p. Right when p is one-hot (greedy), wrong at T = 1 — and every row's first
+# round is a miss. (The right loop's TV from the law is not 0 either: 4,000 runs spread over
+# 625 cells are noisy. The p-value says whether a distance is more than that noise.)
+
+# %%
+V, M, G, N_LAW = 5, 4, 3, 4_000
+
+
+def tiny(seed):
+    """A random GPT with V = 5, its weights scaled so that its laws are peaked."""
+    c = ModelConfig(name=f"tiny{seed}", vocab_size=V, n_ctx=16, n_layer=2, n_head=2, d_model=16)
+    g, p = nnx.split(GPT(c, nnx.Rngs(seed)))
+    return c, g, jax.tree.map(lambda x: 12 * x if x.ndim >= 2 else x, p)
+
+
+tcfg, tgraph, tparams = tiny(0)
+dp_tiny = jax.tree.map(lambda a, b: (a + b) / 2, tparams, tiny(1)[2])  # the draft: half-way
+seqs = np.array(np.meshgrid(*[range(V)] * M, indexing="ij")).reshape(M, -1).T  # (625, M)
+context = np.c_[np.tile([1, 3], (len(seqs), 1)), seqs]  # the prompt [1, 3], then each sequence
+logits, _, _ = forward(tgraph, tparams, jnp.asarray(context),
+                       jnp.broadcast_to(jnp.arange(M + 2), context.shape))
+law = np.asarray(sampling_probs(logits, T1), float)[np.arange(len(seqs))[:, None],
+                                                    1 + np.arange(M), seqs].prod(1)
+law /= law.sum()  # (625,) the target's exact law of 4 tokens
+tiny_ssd = SSDSpeculator(graphdef=tgraph, cfg=tcfg, drafter=DraftModel(tgraph, tcfg), gamma=G,
+                         eos_id=-1, fanout=uniform_fanout(1, G))
+rows = pad_prompts([[1, 3]] * N_LAW, tcfg.n_ctx)
+
+
+def law_test(seed):
+    """(p-value, TV from the exact law, hit rate) of N_LAW runs of tiny SSD."""
+    state, counters = tiny_ssd.run(tparams, dp_tiny, *rows, jax.random.key(seed), T1, M)
+    cells = np.array(generated(state, rows[1])) @ V ** np.arange(M - 1, -1, -1)  # base-5 index
+    counts, expected = np.bincount(cells, minlength=len(law)), N_LAW * law
+    small = expected < 5  # pooled into one cell, as in the suite
+    chi = stats.chisquare(np.append(counts[~small], counts[small].sum()),
+                          np.append(expected[~small], expected[small].sum()))
+    hits = counters.cached_rounds() / (int(np.sum(counters.hist)) - N_LAW)  # first rounds aside
+    return chi.pvalue, tv(counts / N_LAW, law), hits
+
+
+def argmax_on_miss(key, drafts, q, p, n_draft, hit):
+    """The broken rule on misses: accept while the draft is p's argmax, then sample p."""
+    right = verify(key, drafts, q, p, n_draft)
+    match = (drafts == jnp.argmax(p[:, :G], -1)).astype(jnp.int32)  # (B, γ)
+    n = jnp.sum(jnp.cumprod(match, axis=1), axis=1)  # drafts accepted: the leading matches
+    token = sample_rows(jax.random.fold_in(key, 7), p[jnp.arange(len(n)), n])
+    return right._replace(n_accepted=jnp.where(hit, right.n_accepted, n),
+                          token=jnp.where(hit, right.token, token),
+                          is_bonus=jnp.where(hit, right.is_bonus, n == G))
+
+
+results = {"SSD": law_test(seed=1)}
+jax.clear_caches()  # trace the loop again, with the broken rule inside
+aot.clear()
+right_rule = nanospec.ssd.verify_ssd
+nanospec.ssd.verify_ssd = argmax_on_miss  # SSDSpeculator.rule calls it by this name
+results["SSD, misses judged by argmax"] = law_test(seed=1)
+nanospec.ssd.verify_ssd = right_rule
+table(f"4-token law, {N_LAW:,} runs, T = 1", ["loop", "hit rate", "TV from the law", "p-value"],
+      [[name, f"{h:.2f}", f"{d:.3f}", f"{pv:.2g}"] for name, (pv, d, h) in results.items()])
+(pv, _, h), (pv_b, _, _) = results.values()
+claim(pv > 1e-4 and 0 < h < 1, f"SSD, hits and misses mixed ({h:.0%} hits), fits the exact law: "
+      f"p-value {pv:.2g} > 1e-4 (a false failure one run in 10,000)")
+claim(pv_b < 1e-12, f"judging misses by the argmax is caught: p-value {pv_b:.1g} < 1e-12")
+
+# %% [markdown]
+# ## What the cache costs
+#
+# On one device everything runs in turn: the round's target pass, then `build` — the draft
+# model over [last, x₁..x_γ], and γ draft steps for each of the 15 branches of every row.
+# The same 32 rows at T = 1 by ordinary speculation (`--method draft`), for the clock:
+
+# %%
+sd = fit(make_loop(bundle, "draft", GAMMA)[0])
+clock = {"speculation": [rnd.seconds for rnd in sd.rounds(params, dparams, tokens, lengths,
+                                                          jax.random.key(0), T1, NEW)],
+         f"SSD, F = {F}": [r.seconds for r in sampled]}
+ms = {name: {part: 1e3 * np.mean([s[part] for s in seconds[1:]])  # round 1 aside
+             for part in ("draft_s", "verify_s")} for name, seconds in clock.items()}
+table("milliseconds per round, 32 rows, this CPU", ["loop", "draft step", "verify step", ""],
+      [[name, f"{m['draft_s']:.0f}", f"{m['verify_s']:.0f}", bar(sum(m.values()), 1e3, 20)]
+       for name, m in ms.items()])
+slower = sum(ms[f"SSD, F = {F}"].values()) / sum(ms["speculation"].values())
+claim(slower > 1.5, f"on one device a round of SSD took {slower:.1f}× one of speculation: its "
+      f"{5 * F} branch chains are drafted in turn with the target's pass, not beside it")
+
+# %% [markdown]
+# (With 32 rows almost every round has a row that missed, so the draft step runs the backup
+# anyway; with one row a hit's draft step is a lookup.) SSD pays only when the drafter runs
+# on hardware of its own, building the cache *while* the target verifies: then a hit removes
+# drafting from the round's critical path, and a round costs the longer of the target's pass
+# and the build. So SSD can beat ordinary speculation by at most (verify + drafting) / verify,
+# the share drafting takes of a round — small for this draft model, which is 17× smaller than
+# the target. The timeline model, and a measurement on two devices, are in docs/results.md
+# ("SSD in time"; `python -m nanospec.measure.ssd_timeline`).
+#
+# ## What to take away
+#
+# SSD changes where drafts come from, never how they are judged: each round is verified
+# against the law its drafts were drawn from, and the cache is built from the draft side
+# alone, so the text keeps the target's law — greedy, the very greedy text. What it buys is
+# time, and only with a second device: the hit rate says how often the next drafts are ready.
+# Greedy, a few branches per k catch nearly every outcome; at T = 1 the correction is a
+# sample, and each extra branch buys less.
