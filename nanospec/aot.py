@@ -26,11 +26,12 @@ def _signature(dynamic: dict):
                           for x in leaves)
 
 
-def compiled(jitted, static: dict, dynamic: dict):
+def compiled(jitted, static: dict, dynamic: dict, where: tuple = ()):
     """(program, compile seconds): `jitted` compiled for these static arguments and these
     shapes of the traced ones (which may be arrays or `jax.ShapeDtypeStruct`s); 0 seconds
-    when an earlier call already compiled it."""
-    key = (jitted, tuple(sorted(static.items())), _signature(dynamic))
+    when an earlier call already compiled it. `where`: the devices the arrays are on, when a
+    caller places them itself (ssd_devices.py) — a program is compiled for its device."""
+    key = (jitted, tuple(sorted(static.items())), _signature(dynamic), where)
     if key in _PROGRAMS:
         return _PROGRAMS[key], 0.0
     t0 = time.perf_counter()

@@ -14,7 +14,7 @@ rate and tokens per round. Four questions, four tables:
 2. geometric against uniform fan-out at equal budgets (the geometric one uses the acceptance
    rate and r just measured);
 3. Saguaro's C against hit rate and acceptance (F = 2, T = 1);
-4. the acceptance rate a and r that `ssd.SHIPPED_ACCEPTANCE` and `ssd.SHIPPED_R` record.
+4. the acceptance rate a and r that `ssd_fanout.SHIPPED_A_R` records.
 
 These are counts, not times: no clock is read, so the numbers are the same on any machine.
 What this leaves out: time (measure/ssd_timeline.py), other workloads and γ.

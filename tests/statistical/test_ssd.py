@@ -13,14 +13,14 @@ slow cells: geometric fan-out with C = 0.5 and the fast backup at T = 1, and uni
 with C = 0.7 and the neural backup at T = 0.7 with top-k and top-p. In every cell some rounds
 have rows that hit and rows that miss (asserted on 2,000 rows, step by step).
 
-Power tests: N = 20,000 (measured: both underflow to p = 0 already at 10,000), each broken
+Power tests: N = 10,000 (measured: both underflow to p = 0 there), each broken
 variant must be rejected with p < 1e-12:
 (a) drafts drawn with Saguaro's q' but verified against the unscaled q;
 (b) a miss "verified" the way the reference code's non-JIT path does it — accept a draft iff it
     is the target's argmax, else sample from p — exact at T = 0 only, so tested at T = 1.
 (c) A cache looked up by k alone is *not* a law error: the branch's drafts are still verified
     against the law they were drawn from, so the text stays exact (asserted: the joint law
-    passes at N = 20,000). Its drafts continue a different text, so they are accepted less:
+    passes at N = 10,000). Its drafts continue a different text, so they are accepted less:
     what catches it is acceptance, measured side by side with the right lookup on the same
     2,000 rows and keys (drafts accepted per hit round; Welch's z > 5, one-sided false failure
     3e-7). At T = 0, tests/test_ssd.py catches it without statistics: SSD's rounds must be
@@ -44,7 +44,7 @@ from tests.statistical.laws import (PROMPT, PROMPT_B, chi_square_pvalue, encode,
                                     run_speculative, tiny_pair)
 
 N = 50_000
-N_POWER = 20_000
+N_POWER = 10_000
 THRESHOLD = 1e-4
 POWER = 1e-12
 M, GAMMA = 4, 3
