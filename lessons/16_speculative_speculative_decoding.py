@@ -180,6 +180,7 @@ table("T = 1: how rounds ended, and the share of each k's outcomes that F per k 
       [[k, "bonus" if k == GAMMA else "correction", f"{share[k]:.2f}",
         *(f"{by_f[f][ks == k].mean():.2f}" for f in by_f), bar(share[k], 1, 12)]
        for k in range(GAMMA + 1)])
+claim(share[GAMMA] > 0.5, f"at T = 1 most rounds ended with the bonus ({share[GAMMA]:.0%})")
 
 # %% [markdown]
 # Most rounds end with the bonus: after γ drafts the target agreed with, the next token is
