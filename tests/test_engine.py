@@ -1,0 +1,95 @@
+"""The continuous-batching engine (serving/engine.py): a request's tokens do not depend on its
+neighbours — with the same seed they are exactly the tokens of the loop run alone at batch 1,
+however many requests share the engine and whenever they arrive — slots are reused, nothing
+recompiles as requests come and go, and bad requests are one sentence."""
+
+import jax
+import pytest
+
+from nanospec.drafters import DraftModel
+from nanospec.errors import UserError
+from nanospec.generate import Decoder, pad_prompts
+from nanospec.rounds import generated
+from nanospec.sampling import SamplingParams
+from nanospec.serving.engine import Engine, Request
+from nanospec.speculative import Speculator
+from nanospec.ssd import SSDSpeculator
+from tests.statistical.laws import PROMPT, PROMPT_B, tiny_pair
+
+REQUESTS = [Request(PROMPT, 9, 1.0, seed=5), Request(PROMPT_B, 12, 0.0, seed=1),
+            Request(PROMPT, 7, 0.8, top_k=3, top_p=0.9, seed=2),
+            Request(PROMPT_B[:3], 10, 1.0, seed=5), Request(PROMPT_B, 5, 1.0, seed=9)]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair()
+
+
+def loops(pair):
+    (cfg, g, _), draft = pair
+    drafter = DraftModel(draft[1], draft[0])
+    return {"ar": Decoder(graphdef=g, cfg=cfg, eos_id=-1),
+            "draft": Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=3, eos_id=-1),
+            "ssd": SSDSpeculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=3, eos_id=-1,
+                                 fanout=(2, 1, 1, 1))}
+
+
+def alone(loop, pair, r: Request) -> list[int]:
+    """The request's tokens from the loop's fused driver at batch 1."""
+    (cfg, _, p), draft = pair
+    tokens, lengths = pad_prompts([r.prompt], cfg.n_ctx)
+    state, _ = loop.run(p, draft[2], tokens, lengths, jax.random.key(r.seed),
+                        SamplingParams.make(r.temperature, r.top_k, r.top_p), r.max_new)
+    return generated(state, lengths)[0]
+
+
+def serve(engine: Engine, arrivals: dict[int, list[Request]]) -> dict[int, list[int]]:
+    """Run the engine: arrivals[step] join a queue before each step, and the queue's head
+    takes each free slot. -> {request index (arrival order): tokens}."""
+    owner, out, queue, step = {}, {}, [], 0
+    while engine.busy or queue or any(s >= step for s in arrivals):
+        queue += [(len(out) + i, r) for i, r in enumerate(arrivals.get(step, []))]
+        out.update({i: [] for i, _ in queue})
+        while queue and engine.free_slots:
+            i, r = queue.pop(0)
+            owner[engine.insert(r)] = i
+        for o in engine.step():
+            out[owner[o.slot]] += o.tokens
+            if o.done:
+                del owner[o.slot]
+        step += 1
+    return out
+
+
+@pytest.mark.parametrize("method", ["ar", "draft", "ssd"])
+def test_a_request_gets_its_own_tokens_at_any_load(pair, method):
+    loop = loops(pair)[method]
+    (_, _, p), draft = pair
+    want = [alone(loop, pair, r) for r in REQUESTS]
+    assert [len(w) for w in want] == [r.max_new for r in REQUESTS]
+    # Alone in the engine, then with neighbours arriving while it decodes (two slots: the
+    # last requests wait for a free one, and take the slot of one that finished).
+    engine = Engine(loop, p, draft[2], slots=2)
+    for r, w in zip(REQUESTS, want):
+        assert serve(engine, {0: [r]}) == {0: w}
+    busy = serve(engine, {0: REQUESTS[:1], 1: REQUESTS[1:2], 3: REQUESTS[2:3],
+                          9: REQUESTS[3:]})
+    assert [busy[i] for i in range(len(REQUESTS))] == want
+    # One step program, whatever arrived (prefills: one per prompt bucket).
+    assert engine.step_programs == 1
+
+
+def test_a_full_engine_and_bad_requests_are_one_sentence(pair):
+    (cfg, g, p), draft = pair
+    engine = Engine(loops(pair)["ar"], p, draft[2], slots=1)
+    engine.insert(REQUESTS[0])
+    with pytest.raises(UserError, match="All 1 slots are busy"):
+        engine.insert(REQUESTS[1])
+    for bad, message in ((REQUESTS[0]._replace(temperature=-1.0), "--temperature"),
+                         (REQUESTS[0]._replace(max_new=0), "max_new"),
+                         (REQUESTS[0]._replace(prompt=[1] * cfg.n_ctx), "context holds")):
+        with pytest.raises(UserError, match=message):
+            Engine(loops(pair)["ar"], p, draft[2], slots=1).insert(bad)
+    with pytest.raises(UserError, match="at least one slot"):
+        Engine(loops(pair)["ar"], p, draft[2], slots=0)
