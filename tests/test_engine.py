@@ -93,3 +93,13 @@ def test_a_full_engine_and_bad_requests_are_one_sentence(pair):
             Engine(loops(pair)["ar"], p, draft[2], slots=1).insert(bad)
     with pytest.raises(UserError, match="at least one slot"):
         Engine(loops(pair)["ar"], p, draft[2], slots=0)
+
+
+def test_the_closed_loop_keeps_every_slot_busy_until_all_requests_finish(pair):
+    from nanospec.measure.crossover import closed_loop
+    (_, _, p), draft = pair
+    engine = Engine(loops(pair)["draft"], p, draft[2], slots=2)
+    done = closed_loop(engine, REQUESTS)
+    assert done["tokens"] == sum(r.max_new for r in REQUESTS)  # no EOS in the tiny models
+    assert len(done["tpot"]) == len(REQUESTS) and min(done["tpot"]) > 0
+    assert not engine.busy and engine.free_slots == 2
