@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from nanospec.cache import KVCache, init_cache, rollback
 from nanospec.model import ModelConfig, forward
-from nanospec.sampling import SamplingParams, sample_rows, sampling_probs
+from nanospec.sampling import SamplingParams, sample_rows, sampling_probs, split
 
 
 class Drafter:
@@ -103,7 +103,7 @@ class DraftModel(Drafter):
         last_two = take_rows(seq, length - 2, 2)  # (B, 2)
         positions = (length - 2)[:, None] + jnp.arange(2)  # (B, 2)
         logits, _, cache = forward(self.graphdef, dparams, last_two, positions, cache)
-        keys = jax.random.split(key, gamma)
+        keys = split(key, gamma)
         q1 = law(sampling_probs(logits[:, -1], sp), 0)  # (B, V)
         x1 = sample_rows(keys[0], q1)  # (B,)
 

@@ -33,7 +33,7 @@ from nanospec.cache import KVCache, rollback, run_if
 from nanospec.errors import UserError
 from nanospec.model import ModelConfig, forward
 from nanospec.rounds import TOP, Loop, at, generated, prefill_target
-from nanospec.sampling import SamplingParams, sample_rows, sampling_probs
+from nanospec.sampling import SamplingParams, fold, sample_rows, sampling_probs
 from nanospec.speculative import StepTrace
 from nanospec.verify import Verdict
 
@@ -72,7 +72,7 @@ class DecodeState(NamedTuple):
     n_new: jax.Array  # (B,) int32 tokens generated so far
     done: jax.Array  # (B,) bool
     step: jax.Array  # () int32: decode steps taken (keys are fold_in(key, step))
-    key: jax.Array  # the run's base key
+    key: jax.Array  # the run's base key (the serving engine: a key and a step per row, (B,))
 
 
 def as_round(live, length, token, probs) -> StepTrace:
@@ -123,7 +123,7 @@ class Decoder(Loop):
         compute the next p. Returns (state, the step as a round with no drafts)."""
         B = state.seq.shape[0]
         probs = sampling_probs(state.logits, sp)  # (B, V)
-        token = sample_rows(jax.random.fold_in(state.key, state.step), probs)  # (B,)
+        token = sample_rows(fold(state.key, state.step), probs)  # (B,)
         live = ~state.done
         length = state.cache.length
         rows = jnp.arange(B)

@@ -29,6 +29,7 @@ import numpy as np
 from nanospec.aot import compiled
 from nanospec.cache import init_cache
 from nanospec.model import ModelConfig, forward
+from nanospec.sampling import fold
 
 TOP = 5  # how many of the most likely tokens a trace keeps per position (for display)
 
@@ -36,8 +37,8 @@ TOP = 5  # how many of the most likely tokens a trace keeps per position (for di
 def round_keys(key: jax.Array, step: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The key schedule: round `step` drafts with fold_in(k, 0) and verifies with fold_in(k, 1),
     where k = fold_in(key, step)."""
-    k = jax.random.fold_in(key, step)
-    return jax.random.fold_in(k, 0), jax.random.fold_in(k, 1)
+    k = fold(key, step)
+    return fold(k, 0), fold(k, 1)
 
 
 def top_tokens(probs: jax.Array) -> tuple[jax.Array, jax.Array]:

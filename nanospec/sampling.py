@@ -33,6 +33,12 @@ class SamplingParams(NamedTuple):
     def make(cls, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> "SamplingParams":
         return cls(jnp.float32(temperature), jnp.int32(top_k), jnp.float32(top_p))
 
+    def repeat(self, n: int) -> "SamplingParams":
+        """Settings per row (the serving engine's), each row's repeated for n rows in a row
+        (SSD's branches of one request); shared settings stay as they are."""
+        return self if self.temperature.ndim == 0 else SamplingParams(
+            *(jnp.repeat(x, n) for x in self))
+
 
 GREEDY = SamplingParams.make(temperature=0.0)
 
@@ -55,12 +61,33 @@ def _truncate(probs: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array
 
 
 def sampling_probs(logits: jax.Array, params: SamplingParams) -> jax.Array:
-    """logits (..., V) -> the probability vector (..., V) that sampling draws from."""
+    """logits (..., V) -> the probability vector (..., V) that sampling draws from.
+
+    `params` holds one setting for every row, or (the serving engine) a setting per row:
+    fields of shape (B,) for logits (B, ..., V); row b's law is then exactly the law its own
+    settings give alone."""
+    if params.temperature.ndim:
+        return _rows_law(logits.astype(jnp.float32), params)
     # subtle: a real branch on a scalar: greedy decoding skips the softmax and the top-k/top-p
     # machinery altogether. On a CPU that is a third of a draft step's sampling (measured:
     # 61 -> 42 µs for one row of 2,048 logits, output layer included; at T = 1 it costs ~1 µs).
     return jax.lax.cond(params.temperature > 0, _sampled_law, _greedy_law,
                         logits.astype(jnp.float32), params)
+
+
+def _rows_law(logits: jax.Array, params: SamplingParams) -> jax.Array:
+    """sampling_probs with settings per row: the same arithmetic, row by row, as one setting."""
+    shape = (logits.shape[0],) + (1,) * (logits.ndim - 1)
+    t, k, p = (x.reshape(shape) for x in params)
+    greedy = _greedy_law(logits, params)
+    # subtle: scalar predicates (any row) keep these real branches, as in sampling_probs; a row
+    # outside them takes its own law from the jnp.where, so no row depends on another's.
+    soften = lambda x: jax.nn.softmax(x / jnp.where(t > 0, t, 1), axis=-1)
+    probs = jax.lax.cond(jnp.any(t > 0), soften, lambda x: greedy, logits)
+    cut = (k > 0) | (p < 1.0)
+    probs = jnp.where(cut, jax.lax.cond(jnp.any(cut), _truncate, lambda x, *_: x, probs, k, p),
+                      probs)
+    return jnp.where(t > 0, probs, greedy)
 
 
 def _greedy_law(logits: jax.Array, params: SamplingParams) -> jax.Array:
@@ -98,5 +125,28 @@ def sample_rows(key: jax.Array, probs: jax.Array) -> jax.Array:
 
 
 def row_keys(key: jax.Array, batch: int) -> jax.Array:
-    """One key per row, fold_in(key, b): row b's randomness ignores the batch size."""
-    return jax.vmap(lambda b: jax.random.fold_in(key, b))(jnp.arange(batch))
+    """One key per row: fold_in(key, b), so row b's randomness ignores the batch size.
+
+    The serving engine gives every row its own key instead (a (R,) key array, one request
+    each: serving/engine.py). Then the batch is R requests of `batch // R` rows each (SSD's
+    branches), and row b of request r uses fold_in(key[r], b) — the key it would use alone.
+    """
+    if key.ndim == 0:
+        return jax.vmap(lambda b: jax.random.fold_in(key, b))(jnp.arange(batch))
+    per = batch // key.shape[0]
+    return jax.vmap(lambda b: jax.random.fold_in(key[b // per], b % per))(jnp.arange(batch))
+
+
+def fold(key: jax.Array, data) -> jax.Array:
+    """jax.random.fold_in for one key, or for a key per row (R,) with `data` () or (R,)."""
+    if key.ndim == 0:
+        return jax.random.fold_in(key, data)
+    return jax.vmap(jax.random.fold_in)(key, jnp.broadcast_to(data, key.shape))
+
+
+def split(key: jax.Array, n: int) -> jax.Array:
+    """jax.random.split for one key (n,), or for a key per row: (n, R), so keys[i] is step
+    i's key for every row either way."""
+    if key.ndim == 0:
+        return jax.random.split(key, n)
+    return jnp.moveaxis(jax.vmap(lambda k: jax.random.split(k, n))(key), 0, 1)

@@ -48,7 +48,7 @@ class SpecState(NamedTuple):
     n_new: jax.Array  # (B,) int32: tokens generated so far
     done: jax.Array  # (B,) bool
     step: jax.Array  # () int32: rounds taken (the key schedule's counter, rounds.round_keys)
-    key: jax.Array
+    key: jax.Array  # the run's key; the serving engine keeps a key and a step per row: (B,)
 
 
 class Drafted(NamedTuple):  # what the draft step hands to the verify step

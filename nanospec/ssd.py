@@ -50,7 +50,7 @@ from nanospec.drafters import DraftModel, PromptLookup, take_rows
 from nanospec.errors import UserError
 from nanospec.model import forward
 from nanospec.rounds import round_keys
-from nanospec.sampling import SamplingParams, sampling_probs
+from nanospec.sampling import SamplingParams, fold, sampling_probs
 from nanospec.speculative import Speculator, StepTrace
 from nanospec.verify import verify
 
@@ -198,7 +198,7 @@ class SSDSpeculator(Speculator):
             drafts, q, cache = carry
             if self.backup == "neural":
                 d, dq, cache = self.drafter.propose(dparams, cache, state.seq, state.length,
-                                                    jax.random.fold_in(key, 0), sp, self.gamma,
+                                                    fold(key, 0), sp, self.gamma,
                                                     self.tilt)
             else:
                 d, dq, _ = PromptLookup(self.cfg.vocab_size, skip_unmatched=False).propose(
@@ -219,7 +219,7 @@ class SSDSpeculator(Speculator):
         """The speculation cache for the next round, from the draft side alone (no target
         output): one draft pass over [last, x₁..x_γ] picks the outcomes, then every branch
         drafts γ tokens from its own context, all branches of all rows in one batch."""
-        key = jax.random.fold_in(round_keys(state.key, state.step)[0], 1)  # not the backup's
+        key = fold(round_keys(state.key, state.step)[0], 1)  # not the backup's
         s, B, G = state.dstate, *drafted.drafts.shape
         k, K = self.branch_k, len(self.branch_k)
         last = take_rows(state.seq, state.length - 1, 1)  # (B, 1)
@@ -236,7 +236,8 @@ class SSDSpeculator(Speculator):
         at = (state.length[:, None] + jnp.asarray(k)[None, :]).reshape(-1)  # (B·K,)
         seq = seq.at[jnp.arange(B * K), at].set(t.reshape(-1))
         branch_cache = jax.tree.map(lambda x: jnp.repeat(x, K, axis=0), cache)
-        drafts, q, _ = d.propose(dparams, branch_cache, seq, at + 1, key, sp, G, self.tilt)
+        drafts, q, _ = d.propose(dparams, branch_cache, seq, at + 1, key, sp.repeat(K), G,
+                                 self.tilt)
         V = q.shape[-1]
         return s._replace(draft=cache, t=t, drafts=drafts.reshape(B, K, G),
                           q=q.reshape(B, K, G, V))

@@ -6,7 +6,7 @@ recompiles as requests come and go, and bad requests are one sentence."""
 import jax
 import pytest
 
-from nanospec.drafters import DraftModel
+from nanospec.drafters import DraftModel, PromptLookup
 from nanospec.errors import UserError
 from nanospec.generate import Decoder, pad_prompts
 from nanospec.rounds import generated
@@ -14,6 +14,8 @@ from nanospec.sampling import SamplingParams
 from nanospec.serving.engine import Engine, Request
 from nanospec.speculative import Speculator
 from nanospec.ssd import SSDSpeculator
+from nanospec.trees.loop import TreeSpeculator
+from nanospec.trees.tree import Tree
 from tests.statistical.laws import PROMPT, PROMPT_B, tiny_pair
 
 REQUESTS = [Request(PROMPT, 9, 1.0, seed=5), Request(PROMPT_B, 12, 0.0, seed=1),
@@ -32,7 +34,11 @@ def loops(pair):
     return {"ar": Decoder(graphdef=g, cfg=cfg, eos_id=-1),
             "draft": Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=3, eos_id=-1),
             "ssd": SSDSpeculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=3, eos_id=-1,
-                                 fanout=(2, 1, 1, 1))}
+                                 fanout=(2, 1, 1, 1)),
+            "ngram": Speculator(graphdef=g, cfg=cfg, drafter=PromptLookup(cfg.vocab_size),
+                                gamma=3, eos_id=-1),
+            "tree": TreeSpeculator(graphdef=g, cfg=cfg, drafter=drafter,
+                                   tree=Tree.from_branching((2, 1)), top=False, eos_id=-1)}
 
 
 def alone(loop, pair, r: Request) -> list[int]:
@@ -62,7 +68,7 @@ def serve(engine: Engine, arrivals: dict[int, list[Request]]) -> dict[int, list[
     return out
 
 
-@pytest.mark.parametrize("method", ["ar", "draft", "ssd"])
+@pytest.mark.parametrize("method", ["ar", "draft", "ssd", "ngram", "tree"])
 def test_a_request_gets_its_own_tokens_at_any_load(pair, method):
     loop = loops(pair)[method]
     (_, _, p), draft = pair
@@ -71,6 +77,7 @@ def test_a_request_gets_its_own_tokens_at_any_load(pair, method):
     # Alone in the engine, then with neighbours arriving while it decodes (two slots: the
     # last requests wait for a free one, and take the slot of one that finished).
     engine = Engine(loop, p, draft[2], slots=2)
+    engine.warm([len(r.prompt) for r in REQUESTS])  # compiles; changes nobody's tokens
     for r, w in zip(REQUESTS, want):
         assert serve(engine, {0: [r]}) == {0: w}
     busy = serve(engine, {0: REQUESTS[:1], 1: REQUESTS[1:2], 3: REQUESTS[2:3],
@@ -103,3 +110,45 @@ def test_the_closed_loop_keeps_every_slot_busy_until_all_requests_finish(pair):
     assert done["tokens"] == sum(r.max_new for r in REQUESTS)  # no EOS in the tiny models
     assert len(done["tpot"]) == len(REQUESTS) and min(done["tpot"]) > 0
     assert not engine.busy and engine.free_slots == 2
+
+
+def test_a_cancelled_request_frees_its_slot_and_leaves_the_others_alone(pair):
+    loop = loops(pair)["draft"]
+    (_, _, p), draft = pair
+    want = [alone(loop, pair, r) for r in REQUESTS[:3]]
+    engine = Engine(loop, p, draft[2], slots=2)
+    kept, gone = engine.insert(REQUESTS[0]), engine.insert(REQUESTS[1])
+    got = {kept: [], gone: []}
+    for o in engine.step():
+        got[o.slot] += o.tokens
+    engine.cancel(gone)
+    assert engine.free_slots == 1 and got[gone] == want[1][:len(got[gone])]
+    third = engine.insert(REQUESTS[2])  # takes the cancelled request's row
+    assert third == gone
+    got[third] = []
+    while engine.busy:
+        for o in engine.step():
+            got[o.slot] += o.tokens
+    assert got[kept] == want[0] and got[third] == want[2]
+    engine.cancel(third)  # a free slot: nothing to do
+    assert engine.free_slots == 2
+
+
+def test_each_step_reports_the_drafts_it_proposed_and_accepted_as_the_loop_counts_them(pair):
+    loop = loops(pair)["draft"]
+    (cfg, _, p), draft = pair
+    r = REQUESTS[0]
+    tokens, lengths = pad_prompts([r.prompt], cfg.n_ctx)
+    _, stats = loop.run(p, draft[2], tokens, lengths, jax.random.key(r.seed),
+                        SamplingParams.make(r.temperature), r.max_new)
+    hist = stats.hist[0].tolist()
+    engine = Engine(loop, p, draft[2], slots=2)
+    engine.insert(r)
+    engine.insert(REQUESTS[1])
+    steps = []
+    while engine.busy:
+        steps += [o for o in engine.step() if o.slot == 0]
+    per_round = [sum(o.accepted == k for o in steps if o.drafted) for k in range(len(hist))]
+    assert per_round == hist  # the loop's acceptance histogram, round for round
+    assert sum(o.drafted for o in steps) == int(stats.drafted[0]) == 3 * sum(hist)
+    assert all(len(o.tokens) <= o.accepted + 1 for o in steps)

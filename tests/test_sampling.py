@@ -98,3 +98,17 @@ def test_the_cli_rejects_out_of_range_settings(bad):
     kw = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, **bad}
     with pytest.raises(UserError):
         check_sampling(**kw)
+
+
+def test_settings_per_row_give_each_row_exactly_its_own_law():
+    """The serving engine's rows each carry their own settings (sampling_probs per row)."""
+    logits = jax.random.normal(jax.random.key(3), (5, 2, 64)) * 3
+    rows = [(0.0, 0, 1.0), (1.0, 0, 1.0), (0.7, 5, 1.0), (1.3, 0, 0.8), (0.0, 3, 0.5)]
+    per_row = SamplingParams(*(jnp.asarray(x) for x in zip(*rows)))
+    got = sampling_probs(logits, per_row)
+    for b, setting in enumerate(rows):
+        alone = sampling_probs(logits[b:b + 1], SamplingParams.make(*setting))
+        assert jnp.array_equal(got[b:b + 1], alone), setting
+    # all greedy, or no row cut: the branches skipped still give each row its law
+    greedy = SamplingParams(*(jnp.asarray(x) for x in zip(*[(0.0, 0, 1.0)] * 5)))
+    assert jnp.array_equal(sampling_probs(logits, greedy), sampling_probs(logits, GREEDY))

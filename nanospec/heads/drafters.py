@@ -39,7 +39,7 @@ from flax import nnx
 from nanospec.cache import rollback
 from nanospec.drafters import Drafter
 from nanospec.heads.modules import HeadConfig
-from nanospec.sampling import sample_rows, sampling_probs
+from nanospec.sampling import sample_rows, sampling_probs, split
 
 
 def _at(x: jax.Array, index: jax.Array) -> jax.Array:
@@ -110,7 +110,7 @@ class MedusaDrafter(LastFeature):
         w = self.output_layer(target)  # (K, C), read once per round
         feats = heads(target.ln_f(feat))[:, :gamma]  # (B, γ, C)
         q = sampling_probs(self.draft_logits(w, feats), sp)  # (B, γ, V)
-        keys = jax.random.split(key, gamma)
+        keys = split(key, gamma)
         drafts = jnp.stack([sample_rows(keys[i], q[:, i]) for i in range(gamma)], axis=1)  # (B, γ)
         return drafts, q, feat
 
@@ -120,7 +120,7 @@ class MTPDrafter(LastFeature):
     def propose(self, dparams, feat, seq, length, key, sp, gamma):
         heads, target = self.parts(dparams)
         w = self.output_layer(target)
-        keys = jax.random.split(key, gamma)
+        keys = split(key, gamma)
         h, token = feat, seq[jnp.arange(seq.shape[0]), length - 1]  # (B, C), (B,) = y
         drafts, qs = [], []
         for k in range(gamma):  # γ ≤ K: unrolled, each depth has its own weights
@@ -215,7 +215,7 @@ class EagleDrafter(FeatureDrafter):
     def propose(self, dparams, state, seq, length, key, sp, gamma):
         head, _ = self.parts(dparams)
         cache, h = state  # cache holds L−1 pairs; project(h) = f̂_{L−1}
-        keys = jax.random.split(key, gamma)
+        keys = split(key, gamma)
         q1 = self.law(dparams, h, sp)  # (B, V)
         x1 = sample_rows(keys[0], q1)
 

@@ -36,7 +36,7 @@ from nanospec.cache import rollback
 from nanospec.drafters import Drafter, DraftModel, take_rows
 from nanospec.heads.drafters import EagleDrafter, MedusaDrafter, MTPDrafter
 from nanospec.model import forward
-from nanospec.sampling import row_keys, sample, sampling_probs
+from nanospec.sampling import fold, row_keys, sample, sampling_probs
 from nanospec.trees.tree import Tree, tree_positions
 
 
@@ -83,7 +83,7 @@ def pick_children(key, grown: Grown, q_nodes, tree: Tree, depth: int, top: bool)
         x = jnp.take_along_axis(best, jnp.asarray(sibling_rank(tree))[None, :, None], axis=2)[..., 0]
         q = jax.nn.one_hot(x, law.shape[-1], dtype=jnp.float32)
     else:
-        node_keys = jax.vmap(lambda c: jax.random.fold_in(key, c))(jnp.arange(tree.size))
+        node_keys = jax.vmap(lambda c: fold(key, c))(jnp.arange(tree.size))
         draw = lambda k, probs: jax.vmap(sample)(row_keys(k, probs.shape[0]), probs)  # (B,)
         x = jax.vmap(draw, in_axes=(0, 1), out_axes=1)(node_keys, law)  # (B, N)
         q = law
@@ -141,7 +141,7 @@ def _draft_model(drafter: DraftModel, dparams, cache, seq, length, key, sp, tree
         logits, _, written = forward(drafter.graphdef, dparams, jnp.concatenate([prev, grown.tokens], 1),
                                      positions, cache, block_mask=mask)
         q_nodes = sampling_probs(logits[:, 1:], sp)  # (B, N, V): the law after each node
-        grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
+        grown = pick_children(fold(key, d), grown, q_nodes, tree, d, top)
     return grown.tokens, grown.node_q, rollback(written, length)
 
 
@@ -164,7 +164,7 @@ def _medusa(drafter: MedusaDrafter, dparams, feat, seq, length, key, sp, tree, t
     q_nodes = q_heads[:, np.minimum(tree.depth, drafter.hc.depth - 1)]  # (B, N, V)
     grown = plant(seq, length, tree, drafter.hc.vocab_size)
     for d in range(1, tree.max_depth + 1):
-        grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
+        grown = pick_children(fold(key, d), grown, q_nodes, tree, d, top)
     return grown.tokens, grown.node_q, feat
 
 
@@ -184,7 +184,7 @@ def _mtp(drafter: MTPDrafter, dparams, feat, seq, length, key, sp, tree, top):
         here = jnp.asarray(tree.depth == d - 1)[None, :, None]
         h_nodes = jnp.where(here, h, h_nodes)
         q_nodes = jnp.where(here, sampling_probs(drafter.draft_logits(w, out), sp), q_nodes)
-        grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
+        grown = pick_children(fold(key, d), grown, q_nodes, tree, d, top)
     return grown.tokens, grown.node_q, feat
 
 
@@ -209,5 +209,5 @@ def _eagle(drafter: EagleDrafter, dparams, state, seq, length, key, sp, tree, to
             hs = hs.at[:, 1:].set(jnp.where(here, h, hs[:, 1:]))
             q_nodes = q_nodes.at[:, 1:].set(jnp.where(
                 here, drafter.law(dparams, h, sp), q_nodes[:, 1:]))
-        grown = pick_children(jax.random.fold_in(key, d), grown, q_nodes, tree, d, top)
+        grown = pick_children(fold(key, d), grown, q_nodes, tree, d, top)
     return grown.tokens, grown.node_q, state
