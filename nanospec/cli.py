@@ -9,6 +9,13 @@
     nanospec bench [--methods ar,draft] [--gamma 1,2,4,6,8] [--temperature T]
                    [--workload facts|repetitive|code] [--json FILE]
     nanospec exercise list | check N [--file PATH]  the workshop's exercises (exit 1: a check failed)
+    nanospec serve [--host H] [--port P] [--method M] [--gamma K] [--adaptive]
+                   [--speculative-config JSON] [--slots S] [--max-queue Q]
+                   [--served-model-name NAME]                    an OpenAI-compatible server
+    nanospec loadtest [--strategies ar,draft,adaptive,vllm-disable] [--workloads facts,mixed]
+                      [--concurrency 1,2,4,...,64] [--requests-per-level N] [--max-tokens N]
+                      [--temperature T] [--rates R1,R2] [--json FILE] [--plots DIR]
+                      [--url URL [--label NAME]]      load `nanospec serve` over HTTP
 
 Every problem a user can fix (bad path, bad prompt, out-of-range setting) is reported as one
 sentence on stderr with exit code 2 — never a traceback.
@@ -55,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="nanospec", description="Speculative decoding, from scratch.")
     p.add_argument("--checkpoints", default=str(DEFAULT_CKPT), help="folder of shipped weights")
     sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    for add in (add_generate, add_train, add_eval, add_bench, add_exercise):
+    for add in (add_generate, add_train, add_eval, add_bench, add_exercise, add_serve,
+                add_loadtest):
         add(sub)
     # Other packages add subcommands through the "nanospec.commands" entry-point group (the
     # visualiser registers `demo` this way), so this library never imports them itself.
@@ -144,6 +152,67 @@ def add_exercise(sub) -> None:
     x.add_argument("--file", default=None, metavar="PATH",
                    help="check this file (default: the exercise's own file in lessons/exercises/)")
     x.set_defaults(func=cmd_exercise)
+
+
+def add_serve(sub) -> None:
+    """`nanospec serve`'s arguments (the command is serving/launch.py, the server server.py)."""
+    s = sub.add_parser("serve", help="serve the models over HTTP: OpenAI's completions API")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int_in(0, 65535), default=8000)
+    s.add_argument("--method", choices=list(METHOD_HELP), default=None,
+                   help="how to decode (default ar); see generate --help")
+    s.add_argument("--gamma", type=int_in(1, 32), default=None,
+                   help="drafted tokens per round (default 4)")
+    s.add_argument("--adaptive", action="store_true",
+                   help="choose γ (0 = plain decoding, up to --gamma) every step by goodput; "
+                        "--method draft or ngram")
+    s.add_argument("--speculative-config", default=None, metavar="JSON",
+                   help="vLLM's form instead of --method/--gamma, e.g. "
+                        "'{\"method\": \"draft_model\", \"num_speculative_tokens\": 4}'")
+    s.add_argument("--slots", type=int_in(1, 256), default=8, help="requests decoded at once")
+    s.add_argument("--max-queue", type=int_in(0, 100_000), default=64,
+                   help="requests that may wait for a slot; past that: 429")
+    s.add_argument("--served-model-name", default="nanospec", help="the API's model name")
+    s.set_defaults(func=run_serve)
+
+
+def add_loadtest(sub) -> None:
+    """`nanospec loadtest`'s arguments (measure/loadtest.py)."""
+    t = sub.add_parser("loadtest", help="load `nanospec serve` over HTTP: throughput and "
+                                        "latency percentiles against concurrency")
+    t.add_argument("--strategies", default=None,
+                   help="comma-separated: ar, draft, adaptive, vllm-disable (default all)")
+    t.add_argument("--workloads", default="facts", help="facts, repetitive, code, mixed")
+    t.add_argument("--concurrency", default="1,2,4,8,16,32,64",
+                   help="closed-loop clients at each level, comma-separated")
+    t.add_argument("--requests-per-level", type=int_in(1, 100_000), default=128,
+                   help="closed loop: at least the largest --concurrency (default 128: the "
+                        "default sweep takes about 12 minutes on 2 cores)")
+    t.add_argument("--max-tokens", type=int_in(1, 4096), default=32)
+    t.add_argument("--temperature", type=float_arg, default=0.0, help="0 = greedy")
+    t.add_argument("--rates", default=None, metavar="R1,R2",
+                   help="also open-loop Poisson arrivals at these requests/s")
+    t.add_argument("--gamma", type=int_in(1, 32), default=4, help="drafts a round")
+    t.add_argument("--disable-at", type=int_in(1, 100_000), default=16,
+                   help="vllm-disable: plain decoding from this many running requests")
+    t.add_argument("--slots", type=int_in(1, 256), default=None,
+                   help="one server of this many slots per strategy (default: slots = clients)")
+    t.add_argument("--json", default=None, metavar="FILE",
+                   help="write the report here (default runs/loadtest.json)")
+    t.add_argument("--plots", default=None, metavar="DIR", help="also write SVG plots here")
+    t.add_argument("--url", default=None, help="load this running server instead")
+    t.add_argument("--label", default=None, help="with --url: the name in the report")
+
+    def run(args):  # the load generator (httpx, rich's progress) is imported only to run it
+        from nanospec.measure.loadtest import cmd_loadtest
+        return cmd_loadtest(args)
+    t.set_defaults(func=run)
+
+
+def run_serve(args):
+    """Import the server (FastAPI, JAX) only when serving."""
+    from nanospec.serving.launch import cmd_serve
+    return cmd_serve(args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,29 +1,30 @@
 """Where speculation stops paying: throughput of the serving engine against concurrency. A script.
 
-    python -m nanospec.measure.crossover [--json runs/crossover.json] [--slots 1,2,4,8,16,32]
-                                         [--methods ar,draft] [--gamma 4] [--tokens 32]
-                                         [--requests 2] [--temperature 0]
+    python -m nanospec.measure.crossover [--json runs/crossover.json] [--slots 1,2,4,...,64]
+                                         [--strategies ar,draft,adaptive,disable] [--gamma 4]
+                                         [--disable-at 16] [--tokens 32] [--requests 2]
+                                         [--temperature 0] [--workload facts] [--repeats 2]
 
 For each concurrency S it keeps S requests in the engine (serving/engine.py) — closed loop:
-the moment one finishes, the next facts prompt takes its slot — until `--requests`·S have
-finished, and measures output tokens per second and the time per output token (TPOT) each
-request saw. The methods run alternately at each S, so each sees the machine as the others do;
-the ratio SD / AR is taken within that S.
+the moment one finishes, the next prompt takes its slot — until `--requests`·S have finished,
+and measures output tokens per second and the time per output token (TPOT) each request saw.
+The strategies run in turn, `--repeats` times at each S (the median counts), so each sees
+the machine as the others do; ratios are taken within that S.
+
+The strategies: `ar` (plain decoding), `draft` (the draft model at a fixed γ), `adaptive`
+(γ ∈ {0, 1, 2, γ} chosen every step by goodput, serving/adaptive.py, with the costs its
+engine probed) and `disable` (vLLM's disable_by_batch_size: γ below `--disable-at` running
+requests, plain decoding from there).
 
 Why it crosses over: a round costs one target pass over γ+1 tokens per slot instead of one,
-plus drafting. At S = 1 the pass is latency-bound and the extra tokens are nearly free, so
+plus drafting. At small S the pass is latency-bound and the extra tokens are nearly free, so
 γ+1-token rounds win; as S grows the pass becomes compute-bound, a (γ+1)-token pass costs
-about γ+1 one-token passes, and the drafts that get rejected are work thrown away.
+more and more of γ+1 one-token passes, and the drafts that get rejected are work thrown away.
+The engine computes every slot each step (static shapes, as JetStream does), so a step's
+cost is set by S, and the concurrency here is the slot count.
 
-What this leaves out: request rates (open loop), latency percentiles, other workloads, the
-server (`nanospec serve`, to come) and adaptive γ — issue 20's load test builds on this.
-
-Not yet a measurement of the crossover: the engine's step maps a batch-1 round over the slots
-(`jax.vmap`), and that does not batch well. Its `run_if`s become selects over whole caches,
-and its cache writes become scatters: an AR step over 8 slots costs 6.7× one slot's (24.6 vs
-3.7 ms; 13.2 ms without the run_ifs), so AR throughput stays flat as S grows, which is the
-engine's cost, not the model's. The fix is a step over the loop's own batch with a key per
-row, next in issue 20.
+What this leaves out: open-loop request rates and latency percentiles (the load test, through
+the server), memory.
 """
 
 import argparse
@@ -36,8 +37,11 @@ from rich.console import Console
 from nanospec.decode import Bundle, make_loop
 from nanospec.fileio import atomic_write
 from nanospec.measure.workloads import workload_prompts
+from nanospec.serving.adaptive import DisableByBatchSize, Goodput
 from nanospec.serving.engine import Engine, Request
 from nanospec.teach import SHIPPED, table
+
+STRATEGIES = ("ar", "draft", "adaptive", "disable")
 
 
 def closed_loop(engine: Engine, requests: list[Request]) -> dict:
@@ -56,58 +60,103 @@ def closed_loop(engine: Engine, requests: list[Request]) -> dict:
     return {"tokens": tokens, "seconds": time.perf_counter() - t0, "tpot": tpot}
 
 
-def sweep(bundle, methods: list[str], slots: list[int], gamma: int, tokens: int,
-          per_slot: int, temperature: float, console: Console | None = None) -> list[dict]:
-    """One row per concurrency S: every method's tokens/s and median TPOT, side by side."""
-    cfg, _, params = bundle.models["target"]
-    prompts = [bundle.tok.encode_prompt(p) for p in workload_prompts("facts", 64)]
+def engine_for(bundle, strategy: str, gamma: int, slots: int, disable_at: int,
+               prompts: list[list[int]], temperature: float) -> Engine:
+    """A warm engine running `strategy` with `slots` slots (adaptive: its costs probed)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}")
+    _, _, params = bundle.models["target"]
+    loop, dparams = make_loop(bundle, "ar" if strategy == "ar" else "draft", gamma)
+    policy = {"adaptive": Goodput(gammas=tuple(sorted({0, 1, 2, gamma}))),
+              "disable": DisableByBatchSize(gamma, disable_at)}.get(strategy)
+    engine = Engine(loop, params, dparams, slots, policy)
+    engine.warm([len(p) for p in prompts])
+    if strategy == "adaptive":
+        engine.probe(prompts[0], temperature=temperature)
+    return engine
+
+
+def measure(engines: dict, requests: list[Request], repeats: int) -> dict:
+    """Every engine serves `requests` closed-loop, in turn, `repeats` times: per strategy the
+    median tokens/s and TPOT, and (with a policy) the share of steps taken at each γ."""
+    runs = {name: [] for name in engines}
+    for _ in range(repeats):
+        for name, engine in engines.items():
+            engine.steps_at = {}
+            runs[name].append(closed_loop(engine, requests))
+    row = {}
+    for name, rs in runs.items():
+        steps = engines[name].steps_at
+        row[name] = {"tokens_per_s": float(np.median([r["tokens"] / r["seconds"] for r in rs])),
+                     "tpot_ms": 1e3 * float(np.median([np.median(r["tpot"]) for r in rs])),
+                     "requests": len(requests),
+                     "gamma_share": {str(g): n / sum(steps.values()) for g, n in steps.items()}
+                     if engines[name].policy else None,
+                     "alpha": engines[name].acceptance.alpha}
+    return row
+
+
+def sweep(bundle, strategies: list[str], slots: list[int], gamma: int, tokens: int,
+          per_slot: int, temperature: float, workload: str = "facts", repeats: int = 2,
+          disable_at: int = 16, console: Console | None = None) -> list[dict]:
+    """One row per concurrency S: every strategy's tokens/s and median TPOT, side by side."""
+    prompts = [bundle.tok.encode_prompt(p) for p in workload_prompts(workload, 64)]
     rows = []
     for s in slots:
         requests = [Request(prompts[i % len(prompts)], tokens, temperature, seed=i)
                     for i in range(per_slot * s)]
-        engines = {}
-        for m in methods:
-            loop, dparams = make_loop(bundle, m, gamma)
-            engines[m] = Engine(loop, params, dparams, s)
-            closed_loop(engines[m], requests[:s])  # compile the prefill and the step
-        row = {"slots": s}
-        for m in methods:
-            r = closed_loop(engines[m], requests)
-            row[m] = {"tokens_per_s": r["tokens"] / r["seconds"],
-                      "tpot_ms": 1e3 * float(np.median(r["tpot"])), "requests": len(requests)}
-        rows.append(row)
+        engines = {m: engine_for(bundle, m, gamma, s, disable_at, prompts, temperature)
+                   for m in strategies}
+        rows.append({"slots": s, **measure(engines, requests, repeats)})
         if console is not None:
             console.print(f"S = {s}: " + ", ".join(
-                f"{m} {row[m]['tokens_per_s']:.0f} tokens/s" for m in methods))
+                f"{m} {rows[-1][m]['tokens_per_s']:.0f} tokens/s" for m in strategies))
     return rows
+
+
+def gamma_mix(share: dict | None) -> str:
+    """{"0": 0.75, "4": 0.25} -> "0:75% 4:25%"."""
+    if not share:
+        return ""
+    ordered = sorted(share.items(), key=lambda x: int(x[0]))
+    return " ".join(f"{g}:{100 * v:.0f}%" for g, v in ordered)
+
+
+def print_rows(rows: list[dict], strategies: list[str], title: str) -> None:
+    base = strategies[0]
+    cols = ["slots"] + [f"{m} tok/s" for m in strategies] + [f"{m}/{base}" for m in strategies[1:]]
+    mixed = [m for m in strategies if rows[0][m]["gamma_share"] is not None]
+    table(title, cols + [f"{m} γ steps" for m in mixed],
+          [[r["slots"]] + [f"{r[m]['tokens_per_s']:.0f}" for m in strategies]
+           + [f"{r[m]['tokens_per_s'] / r[base]['tokens_per_s']:.2f}×" for m in strategies[1:]]
+           + [gamma_mix(r[m]["gamma_share"]) for m in mixed] for r in rows])
 
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default="runs/crossover.json")
-    ap.add_argument("--slots", default="1,2,4,8,16,32")
-    ap.add_argument("--methods", default="ar,draft")
+    ap.add_argument("--slots", default="1,2,4,8,16,32,64")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument("--disable-at", type=int, default=16,
+                    help="the disable strategy decodes plainly from this many running requests")
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--requests", type=int, default=2, help="requests per slot")
     ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--workload", default="facts")
+    ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args(argv)
     console = Console()
-    methods = args.methods.split(",")
+    strategies = args.strategies.split(",")
     bundle = Bundle.load(SHIPPED, ("target", "draft"))
-    rows = sweep(bundle, methods, [int(s) for s in args.slots.split(",")], args.gamma,
-                 args.tokens, args.requests, args.temperature, console)
-    base = methods[0]
-    table(f"output tokens/s and median TPOT against concurrency (γ = {args.gamma}, "
-          f"T = {args.temperature:g}, facts, {args.tokens} tokens a request)",
-          ["slots"] + [f"{m} tokens/s" for m in methods] + [f"{m} TPOT ms" for m in methods]
-          + [f"{m} / {base}" for m in methods[1:]],
-          [[r["slots"]] + [f"{r[m]['tokens_per_s']:.0f}" for m in methods]
-           + [f"{r[m]['tpot_ms']:.2f}" for m in methods]
-           + [f"{r[m]['tokens_per_s'] / r[base]['tokens_per_s']:.2f}×" for m in methods[1:]]
-           for r in rows])
+    rows = sweep(bundle, strategies, [int(s) for s in args.slots.split(",")], args.gamma,
+                 args.tokens, args.requests, args.temperature, args.workload, args.repeats,
+                 args.disable_at, console)
+    print_rows(rows, strategies, f"output tokens/s against concurrency (γ = {args.gamma}, "
+               f"T = {args.temperature:g}, {args.workload}, {args.tokens} tokens a request)")
     report = {"gamma": args.gamma, "tokens": args.tokens, "temperature": args.temperature,
-              "requests_per_slot": args.requests, "workload": "facts", "rows": rows}
+              "requests_per_slot": args.requests, "workload": args.workload,
+              "disable_at": args.disable_at, "repeats": args.repeats, "rows": rows}
     atomic_write(args.json, json.dumps(report, indent=1))
     console.print(f"written: {args.json}")
     return report

@@ -1,0 +1,286 @@
+"""`nanospec loadtest`: load `nanospec serve` over HTTP, strategy by strategy, level by level.
+
+    nanospec loadtest [--strategies ar,draft,adaptive,vllm-disable] [--workloads facts,mixed]
+                      [--concurrency 1,2,4,8,16,32,64] [--requests-per-level 128]
+                      [--max-tokens 32] [--temperature 0] [--rates 2,8] [--json FILE]
+                      [--plots DIR] [--url URL [--label NAME]]
+
+The through-the-server version of measure/crossover.py: the same question — where does
+speculation stop paying as concurrency grows? — asked the way a user meets it, with HTTP,
+streaming, the scheduler's queue and the client's clock in every number. Each strategy is a
+`nanospec serve` command line:
+
+    ar             --method ar
+    draft          --method draft --gamma 4                     (fixed γ)
+    adaptive       --method draft --gamma 4 --adaptive          (γ ∈ {0,1,2,4} by goodput)
+    vllm-disable   --speculative-config '{"method": "draft_model", "num_speculative_tokens": 4,
+                                          "disable_by_batch_size": 16}'
+
+Slots = the level's concurrency, one server per (level, strategy). Why not one server with 64
+slots for every level: this engine computes every slot every step (static shapes), so a
+64-slot server answering one client pays for 64 rows each step and would measure the 64-row
+step at every level. vLLM's step costs what its running requests cost; a server with exactly
+C slots is the fair stand-in. (--slots N instead keeps one N-slot server per strategy, as a
+deployment with a fixed max_num_seqs would.) Starting a server takes seconds once its programs
+are in the compilation cache (compile_cache.py); the first run at a new slot count compiles.
+
+Side by side: at each level the strategies run one after another, then the next level, so
+the strategies compared at one C ran minutes apart at most, not a whole sweep apart.
+
+Each level: the /metrics counters before and after (acceptance, tokens the server counted,
+memory), and closed-loop clients (loadgen.py); open-loop rates (--rates) come after, at the
+largest slot count. What this file deliberately leaves out: the statistics (loadgen.py), the
+tables and plots (loadtest_report.py), the child process (launched.py).
+"""
+
+import asyncio
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from nanospec.cli_args import check_sampling, int_list
+from nanospec.errors import UserError
+from nanospec.fileio import atomic_write, check_output
+from nanospec.measure import loadtest_report as report
+from nanospec.measure.launched import Launched, healthy
+from nanospec.measure.loadgen import (Ask, closed_loop, open_loop, scrape, server_figures,
+                                      summarize)
+from nanospec.measure.workloads import WORKLOADS, workload_prompts
+
+STRATEGIES = ("ar", "draft", "adaptive", "vllm-disable")
+PROMPTS = 64  # distinct prompts per workload; request i takes prompt i mod 64
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a sweep does, read from the flags and checked before anything starts."""
+
+    strategies: tuple[str, ...]  # launched servers, or the one --url server's label
+    workloads: tuple[str, ...]
+    concurrency: tuple[int, ...]  # closed-loop levels (clients)
+    requests: int  # requests per level
+    rates: tuple[float, ...]  # open-loop levels (requests a second)
+    max_tokens: int
+    temperature: float
+    gamma: int = 4  # drafts per round: draft, adaptive's largest, vllm-disable's
+    disable_at: int = 16  # vllm-disable: plain decoding from this many running requests
+    slots: int | None = None  # None: as many slots as the level's clients
+    url: str | None = None  # load this running server instead of launching any
+    checkpoints: str = ""
+
+
+def serve_flags(strategy: str, gamma: int, disable_at: int) -> list[str]:
+    """The `nanospec serve` flags that run `strategy`."""
+    config = {"method": "draft_model", "num_speculative_tokens": gamma,
+              "disable_by_batch_size": disable_at}
+    return {"ar": ["--method", "ar"],
+            "draft": ["--method", "draft", "--gamma", str(gamma)],
+            "adaptive": ["--method", "draft", "--gamma", str(gamma), "--adaptive"],
+            "vllm-disable": ["--speculative-config", json.dumps(config)]}[strategy]
+
+
+def prompts_for(workload: str, n: int = PROMPTS) -> list[str]:
+    """The workload's prompts; "mixed" takes facts, repetitive and code in turn."""
+    if workload != "mixed":
+        return workload_prompts(workload, n)
+    kinds = [workload_prompts(w, n) for w in WORKLOADS]
+    return [kinds[i % len(kinds)][i // len(kinds)] for i in range(n)]
+
+
+class Servers:
+    """The servers a sweep loads: one per strategy, replaced when a level needs another slot
+    count — or, with --url, the one running server under its label."""
+
+    def __init__(self, plan: Plan, progress: Progress):
+        self.plan, self.progress, self.running = plan, progress, {}
+
+    def url(self, strategy: str, slots: int) -> str:
+        if self.plan.url:
+            return self.plan.url
+        server = self.running.get(strategy)
+        if server is not None and server.slots != slots:
+            server.stop()
+            server = None
+        if server is None:
+            task = self.progress.add_task(f"starting {strategy} ({slots} slots)", total=None,
+                                          rate="")
+            # Kept before it is ready, so that close() stops it even if the wait fails.
+            self.running[strategy] = server = Launched(self.plan.checkpoints, serve_flags(
+                strategy, self.plan.gamma, self.plan.disable_at), slots)
+            server.wait_ready()
+            self.progress.remove_task(task)
+        return server.url
+
+    def close(self) -> None:
+        for server in self.running.values():
+            server.stop()
+        self.running = {}
+
+
+def served_model(url: str) -> str:
+    """The served model's name: the first of GET /v1/models."""
+    return httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
+
+
+def wait_idle(url: str, limit: float = 60.0) -> None:
+    """Until the server has no request running or waiting, so its counters are final."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        m = scrape(url)
+        if not m.get("vllm:num_requests_running") and not m.get("vllm:num_requests_waiting"):
+            return
+        time.sleep(0.05)
+
+
+def run_level(url: str, prompts: list[str], plan: Plan, level: dict, progress: Progress,
+              label: str) -> dict:
+    """One strategy at one level — {"concurrency": C} or {"rate": λ} — with a live progress
+    line (requests done, running tokens/s): its summary, and the server's figures."""
+    ask = Ask(served_model(url), plan.max_tokens, plan.temperature)
+    what = f"C = {level['concurrency']}" if "concurrency" in level else f"{level['rate']} req/s"
+    task = progress.add_task(f"{label} {what}", total=plan.requests, rate="")
+    start, tokens = time.perf_counter(), [0]
+
+    def done(result):
+        tokens[0] += result.tokens
+        rate = tokens[0] / max(time.perf_counter() - start, 1e-9)
+        progress.update(task, advance=1, rate=f"{rate:.0f} tok/s")
+
+    before = scrape(url)
+    if "concurrency" in level:
+        run = closed_loop(url, prompts, ask, level["concurrency"], plan.requests, done)
+    else:
+        run = open_loop(url, prompts, ask, level["rate"], plan.requests, 0, done)
+    results, seconds = asyncio.run(run)
+    wait_idle(url)
+    progress.remove_task(task)
+    summary = summarize(results, seconds) | {"server": server_figures(before, scrape(url))}
+    progress.console.print(f"{label:>12} {what}: {summary['tokens_per_s']:.0f} tok/s, "
+                           f"TPOT p50 {report.ms(summary['tpot_ms'], 'p50')} ms, "
+                           f"{summary['completed']}/{summary['requests']} done")
+    return summary
+
+
+def sweep_workload(plan: Plan, servers: Servers, workload: str, progress: Progress) -> dict:
+    """Every level of one workload: at each, every strategy in turn (side by side in time)."""
+    prompts, overall = prompts_for(workload), progress.tasks[0].id
+    levels = [{"concurrency": c, "slots": plan.slots or c} for c in plan.concurrency] + \
+        [{"rate": r, "slots": plan.slots or max(plan.concurrency)} for r in plan.rates]
+    rows = []
+    for level in levels:
+        row = dict(level)
+        for s in plan.strategies:
+            url = servers.url(s, level["slots"])
+            row[s] = run_level(url, prompts, plan, level, progress, f"{workload} {s}")
+            progress.advance(overall)
+        rows.append(row)
+    closed = [r for r in rows if "concurrency" in r]
+    return {"levels": closed, "rates": [r for r in rows if "rate" in r],
+            **report.verdicts(closed, list(plan.strategies))}
+
+
+def sweep(plan: Plan, console: Console) -> dict:
+    """The whole load test: every workload's rows and verdicts (servers stopped at the end)."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[rate]}"), TimeElapsedColumn())
+    out = {}
+    with Progress(*columns, console=console, transient=True) as progress:
+        n = len(plan.workloads) * len(plan.strategies) * (len(plan.concurrency) + len(plan.rates))
+        progress.add_task("levels", total=n, rate="")
+        servers = Servers(plan, progress)
+        try:
+            for w in plan.workloads:
+                out[w] = sweep_workload(plan, servers, w, progress)
+        finally:
+            servers.close()
+    return out
+
+
+def print_report(plan: Plan, results: dict) -> None:
+    for w, found in results.items():
+        title = (f"{w}, T = {plan.temperature:g}, {plan.max_tokens} tokens a request, "
+                 f"{plan.requests} requests a level")
+        report.print_levels(title, found["levels"], list(plan.strategies))
+        if found["rates"]:
+            report.print_rates(title, found["rates"], list(plan.strategies))
+        for line in report.verdict_lines(found, max(plan.concurrency)):
+            Console().print(line)
+
+
+def plan_from(args) -> Plan:
+    """The flags as a Plan, every mistake one sentence (a UserError) before anything starts."""
+    if args.url and args.strategies:
+        raise UserError("--url loads a server that is already running; --strategies launches "
+                        "servers: give one or the other.")
+    if args.label and not args.url:
+        raise UserError("--label names the run of a --url server; launched servers are "
+                        "labelled by their strategy.")
+    strategies = (args.strategies or ",".join(STRATEGIES)).split(",")
+    if args.url:
+        if not args.url.startswith(("http://", "https://")):
+            raise UserError(f"--url takes the server's address, like http://127.0.0.1:8000, "
+                            f"got {args.url!r}.")
+        url = args.url.rstrip("/").removesuffix("/v1")
+        if not healthy(url):
+            raise UserError(f"No server answers at {url}/health; start one with `nanospec "
+                            f"serve`, or drop --url to let the load test launch its own.")
+        strategies = [args.label or served_model(url)]
+    elif not strategies or not set(strategies) <= set(STRATEGIES):
+        raise UserError(f"--strategies takes a comma-separated list of {', '.join(STRATEGIES)}, "
+                        f"got {args.strategies!r}.")
+    workloads = args.workloads.split(",")
+    known = (*WORKLOADS, "mixed")
+    if not set(workloads) <= set(known):
+        raise UserError(f"--workloads takes a comma-separated list of {', '.join(known)}, "
+                        f"got {args.workloads!r}.")
+    concurrency = int_list(args.concurrency, "--concurrency", 1, 256)
+    if args.requests_per_level < max(concurrency):
+        raise UserError(f"--requests-per-level must be at least the largest --concurrency "
+                        f"({max(concurrency)}), so that every client sends one; got "
+                        f"{args.requests_per_level}.")
+    check_sampling(args.temperature, 0, 1.0)
+    return Plan(tuple(strategies), tuple(workloads), tuple(concurrency), args.requests_per_level,
+                tuple(rates_from(args.rates)), args.max_tokens, args.temperature, args.gamma,
+                args.disable_at, args.slots, url if args.url else None, args.checkpoints)
+
+
+def rates_from(text: str | None) -> list[float]:
+    """--rates 0.5,2 -> [0.5, 2.0]: requests a second, each above 0."""
+    try:
+        rates = [float(x) for x in text.split(",")] if text else []
+    except ValueError:
+        rates = [-1.0]
+    if not all(0 < r < 1e6 for r in rates):
+        raise UserError(f"--rates takes comma-separated requests per second above 0, got "
+                        f"{text!r}.")
+    return rates
+
+
+def cmd_loadtest(args) -> int:
+    """`nanospec loadtest`: check the flags, sweep, print the tables, write JSON (and plots)."""
+    plan = plan_from(args)
+    out = check_output(args.json, ".json", "--json") if args.json else Path("runs/loadtest.json")
+    if args.plots:
+        report.require_matplotlib()
+        if not Path(args.plots).parent.is_dir():
+            raise UserError(f"Cannot write plots to {args.plots}: its folder "
+                            f"{Path(args.plots).parent} does not exist.")
+    console = Console()
+    started = time.time()
+    results = sweep(plan, console)
+    print_report(plan, results)
+    atomic_write(out, json.dumps({"plan": asdict(plan), "cpus": os.cpu_count(),
+                                  "seconds": round(time.time() - started, 1),
+                                  "workloads": results}, indent=1))
+    console.print(f"written: {out}")
+    for w, found in (results.items() if args.plots else ()):
+        for path in report.plot(Path(args.plots), w, found["levels"], list(plan.strategies),
+                                found):
+            console.print(f"written: {path}")
+    return 0

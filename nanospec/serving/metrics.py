@@ -1,0 +1,113 @@
+"""The server's Prometheus metrics, under vLLM's names, so a vLLM dashboard reads nanospec too.
+
+Names as vLLM's v1 engine exports them (vLLM 0.11 and later: vllm/v1/metrics/loggers.py and
+vllm/v1/spec_decode/metrics.py), with the same `model_name` and `engine` labels:
+
+    vllm:num_requests_running            gauge      requests in a decode slot
+    vllm:num_requests_waiting            gauge      requests queued for a slot
+    vllm:prompt_tokens_total             counter    prompt tokens prefilled
+    vllm:generation_tokens_total         counter    tokens generated (what the clients get)
+    vllm:request_success_total           counter    finished requests, by finished_reason
+    vllm:time_to_first_token_seconds     histogram  arrival -> the step with the first token
+    vllm:inter_token_latency_seconds     histogram  between a request's successive steps
+    vllm:e2e_request_latency_seconds     histogram  arrival -> finished
+    vllm:spec_decode_num_drafts_total          counter  rounds that drafted (one per request)
+    vllm:spec_decode_num_draft_tokens_total    counter  drafted tokens
+    vllm:spec_decode_num_accepted_tokens_total counter  drafted tokens the target accepted
+
+(vLLM before 0.11 called the inter-token histogram vllm:time_per_output_token_seconds.) Like
+vLLM's, one inter-token observation is one *step*: a speculative round that emits four tokens
+is one gap, not four. From these, PromQL gives the speculative figures: acceptance rate =
+accepted / draft_tokens, mean acceptance length = 1 + accepted / drafts.
+
+Memory, beside vLLM's names: the process's own (prometheus_client's process collector, as
+vLLM's server exports it: process_resident_memory_bytes, ...) and what the engine holds for
+every slot, whether a request is in it or not (its shapes are static, so these never change):
+
+    nanospec:kv_cache_bytes       gauge  the target's KV cache, every slot, the whole context
+    nanospec:draft_state_bytes    gauge  the drafter's state (the draft model's KV cache); 0 for AR
+
+Each app has its own CollectorRegistry (tests build several apps in one process; the global
+registry would refuse the second set of names). Every method is called from the engine thread;
+prometheus_client's metrics are thread-safe, so /metrics may read them at any time.
+
+What this file deliberately leaves out: per-position acceptance, the share of the KV cache in
+use (vLLM's kv_cache_usage_perc: here every slot's cache is always allocated), queue time.
+"""
+
+import jax
+from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector,
+                               generate_latest)
+
+# vLLM's buckets (seconds).
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+               7.5, 10.0, 20.0, 40.0, 80.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+               60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+FINISHED_REASONS = ("stop", "length", "abort")  # abort: the client went away
+
+
+class ServerMetrics:
+    """The metrics of one server, labelled with its served model name."""
+
+    def __init__(self, model_name: str):
+        self.registry = CollectorRegistry()
+        labels = {"model_name": model_name, "engine": "0"}
+
+        def make(kind, name, doc, **kw):
+            return kind(name, doc, list(labels), registry=self.registry, **kw).labels(**labels)
+
+        self.running = make(Gauge, "vllm:num_requests_running", "Requests in a decode slot.")
+        self.waiting = make(Gauge, "vllm:num_requests_waiting", "Requests waiting for a slot.")
+        self.prompt_tokens = make(Counter, "vllm:prompt_tokens", "Prompt tokens prefilled.")
+        self.generation_tokens = make(Counter, "vllm:generation_tokens", "Tokens generated.")
+        self.ttft = make(Histogram, "vllm:time_to_first_token_seconds",
+                         "Time to first token in seconds.", buckets=TTFT_BUCKETS)
+        self.itl = make(Histogram, "vllm:inter_token_latency_seconds",
+                        "Inter-token latency in seconds.", buckets=ITL_BUCKETS)
+        self.e2e = make(Histogram, "vllm:e2e_request_latency_seconds",
+                        "End-to-end request latency in seconds.", buckets=E2E_BUCKETS)
+        self.drafts = make(Counter, "vllm:spec_decode_num_drafts", "Speculative drafts.")
+        self.draft_tokens = make(Counter, "vllm:spec_decode_num_draft_tokens", "Draft tokens.")
+        self.accepted_tokens = make(Counter, "vllm:spec_decode_num_accepted_tokens",
+                                    "Accepted draft tokens.")
+        success = Counter("vllm:request_success", "Successfully processed requests.",
+                          [*labels, "finished_reason"], registry=self.registry)
+        self.success = {r: success.labels(**labels, finished_reason=r) for r in FINISHED_REASONS}
+        ProcessCollector(registry=self.registry)  # process_resident_memory_bytes and the rest
+        self.kv_cache_bytes = make(Gauge, "nanospec:kv_cache_bytes",
+                                   "Bytes of the target's KV cache, every slot.")
+        self.draft_state_bytes = make(Gauge, "nanospec:draft_state_bytes",
+                                      "Bytes of the drafter's state (0 without one), every slot.")
+
+    def memory(self, state) -> None:
+        """Set the memory gauges from the engine's state pytree: its `cache` (the target's),
+        and its `dstate` if it has one (a speculative loop's drafter: for the draft model,
+        its own KV cache; an autoregressive state has none)."""
+        nbytes = lambda tree: sum(leaf.nbytes for leaf in jax.tree.leaves(tree))
+        self.kv_cache_bytes.set(nbytes(state.cache))
+        self.draft_state_bytes.set(nbytes(getattr(state, "dstate", None)))
+
+    def load(self, running: int, waiting: int) -> None:
+        self.running.set(running)
+        self.waiting.set(waiting)
+
+    def step(self, tokens: int, since: float, first: bool, drafted: int, accepted: int) -> None:
+        """One engine step gave a request `tokens` new tokens, `since` seconds after its arrival
+        (first step) or after its previous step."""
+        self.generation_tokens.inc(tokens)
+        (self.ttft if first else self.itl).observe(since)
+        if drafted:
+            self.drafts.inc()
+            self.draft_tokens.inc(drafted)
+            self.accepted_tokens.inc(accepted)
+
+    def finished(self, reason: str, seconds: float) -> None:
+        self.success[reason].inc()
+        self.e2e.observe(seconds)
+
+    def exposition(self) -> bytes:
+        """The text format Prometheus scrapes."""
+        return generate_latest(self.registry)

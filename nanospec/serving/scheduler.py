@@ -1,0 +1,217 @@
+"""The engine thread: the one thread that calls the engine (and so JAX), and its waiting queue.
+
+    HTTP handlers (asyncio)                  engine thread (this file)
+    ─────────────────────────                ─────────────────────────────────────────
+    submit(job) ──► waiting (FIFO) ────────► admit into free slots: engine.insert
+    await job.next() ◄── call_soon_threadsafe ◄── engine.step(): each job's new text
+    cancel(job) ──► job.cancelled ─────────► engine.cancel(slot), or dropped from the queue
+
+Why one thread: JAX dispatches from whichever thread calls it, and two threads stepping one
+engine would race on its state. Keeping every engine call on one thread makes the engine need
+no locks; the handlers only touch the queue (under `cond`) and a job's `cancelled` flag.
+
+Each step, a job's new tokens go through its TextStream (text.py) here, on the engine thread,
+so a stop string frees the slot the moment it appears, and the metrics count exactly the
+tokens up to and including the one that completed the stop (vLLM counts the same way).
+
+Draining (SIGTERM): `drain()` refuses new requests; the thread serves what it already has —
+running and waiting — then `stop()` ends it once it is idle.
+
+What this file deliberately leaves out: priorities, preemption, and any limit on tokens in
+flight other than the engine's slots.
+"""
+
+import asyncio
+import threading
+import time
+import traceback
+from collections import deque
+from typing import NamedTuple
+
+from nanospec.errors import UserError
+from nanospec.serving.api import ApiError
+from nanospec.serving.engine import Request
+from nanospec.serving.metrics import ServerMetrics
+from nanospec.serving.text import TextStream
+
+
+class Delta(NamedTuple):
+    """What one step gave one job, as its HTTP handler reads it."""
+
+    text: str  # new text, safe to send (may be "")
+    tokens: int  # tokens generated so far
+    finish: str | None  # "stop" or "length" when this is the last delta
+    error: ApiError | None = None  # the job failed instead
+
+
+class Job:
+    """One request's life in the server, shared by its handler and the engine thread.
+
+    The handler builds it on the event loop and reads `next()`; the engine thread posts Deltas
+    to its mailbox. The only thing the handler writes afterwards is `cancelled`."""
+
+    def __init__(self, request: Request, text: TextStream, loop: asyncio.AbstractEventLoop):
+        self.request, self.text, self.loop = request, text, loop
+        self.mailbox: asyncio.Queue[Delta] = asyncio.Queue()
+        self.cancelled = False
+        self.arrived = time.perf_counter()
+        self.last: float | None = None  # when a step last gave it tokens
+        self.tokens = 0  # tokens generated, through the stop string if one was met
+        self.last_token = -1
+
+    def post(self, delta: Delta) -> None:
+        """From the engine thread: hand `delta` to the handler on its event loop."""
+        try:
+            self.loop.call_soon_threadsafe(self.mailbox.put_nowait, delta)
+        except RuntimeError:  # the event loop has closed: nobody is waiting any more
+            pass
+
+    async def next(self) -> Delta:
+        """The next delta (raises the job's ApiError if it failed)."""
+        delta = await self.mailbox.get()
+        if delta.error is not None:
+            raise delta.error
+        return delta
+
+
+class Scheduler:
+    """Owns `engine` on its own thread; admits waiting jobs first come, first served."""
+
+    def __init__(self, engine, metrics: ServerMetrics, max_queue: int, eos_id: int):
+        self.engine, self.metrics, self.max_queue, self.eos_id = (engine, metrics, max_queue,
+                                                                  eos_id)
+        self.waiting: deque[Job] = deque()
+        self.running: dict[int, Job] = {}  # slot -> job; the engine thread's alone
+        self.cond = threading.Condition()
+        self.draining = self.stopping = False
+        self.crashed: str | None = None  # why the thread died, if it did
+        self.thread = threading.Thread(target=self.run, name="nanospec-engine", daemon=True)
+
+    # ------------------------------------------------------------ called by the handlers
+
+    def start(self) -> None:
+        self.thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self.thread.is_alive() and self.crashed is None
+
+    def submit(self, job: Job) -> None:
+        """Queue `job`, or refuse it: 503 while draining or dead, 429 when the queue is full."""
+        with self.cond:
+            if self.draining or not self.alive:
+                why = "is shutting down" if self.crashed is None else "has lost its engine"
+                raise ApiError(503, f"The server {why} and takes no new requests.",
+                               code="service_unavailable", kind="server_error")
+            if len(self.waiting) >= self.max_queue:
+                raise ApiError(429, f"The queue is full ({self.max_queue} requests waiting for "
+                                    f"a slot); try again shortly.", code="rate_limit_exceeded",
+                               kind="rate_limit_error")
+            self.waiting.append(job)
+            self.metrics.waiting.set(len(self.waiting))
+            self.cond.notify()
+
+    def cancel(self, job: Job) -> None:
+        """The client is gone: a waiting job leaves the queue now, a running one frees its slot
+        before the next step."""
+        with self.cond:
+            job.cancelled = True
+            if job in self.waiting:
+                self.waiting.remove(job)
+                self.metrics.waiting.set(len(self.waiting))
+                self.metrics.finished("abort", time.perf_counter() - job.arrived)
+            self.cond.notify()
+
+    def drain(self) -> None:
+        """Take no new requests; finish the ones already here. Safe in a signal handler: it
+        sets one flag and takes no lock."""
+        self.draining = True
+
+    def stop(self) -> None:
+        """Drain, wait until every job has finished, and end the thread."""
+        self.drain()
+        with self.cond:
+            self.stopping = True
+            self.cond.notify()
+        self.thread.join()
+
+    # ------------------------------------------------------------ the engine thread
+
+    def run(self) -> None:
+        try:
+            while self.wait_for_work():
+                self.drop_cancelled()
+                self.admit()
+                self.metrics.load(len(self.running), len(self.waiting))
+                if self.running:
+                    self.step()
+                    self.metrics.load(len(self.running), len(self.waiting))
+        except Exception as e:  # a bug: keep its traceback in the log, and tell every client
+            self.crashed = f"{type(e).__name__}: {e}"
+            traceback.print_exc()
+            error = ApiError(500, f"The engine stopped ({self.crashed}).", kind="server_error")
+            for job in [*self.running.values(), *self.waiting]:
+                job.post(Delta("", job.tokens, None, error))
+
+    def wait_for_work(self) -> bool:
+        """Sleep until there is a job (True) or we are stopping with none left (False)."""
+        with self.cond:
+            while not (self.waiting or self.running or self.stopping):
+                self.cond.wait()
+            return bool(self.waiting or self.running)
+
+    def drop_cancelled(self) -> None:
+        for slot, job in list(self.running.items()):
+            if job.cancelled:
+                self.engine.cancel(slot)
+                self.end(slot, job, "abort")
+
+    def admit(self) -> None:
+        """Waiting jobs into free slots, in arrival order (a cancelled one is dropped)."""
+        while self.engine.free_slots:
+            with self.cond:
+                if not self.waiting:
+                    return
+                job = self.waiting.popleft()
+            if job.cancelled:  # between leaving the queue and here
+                self.metrics.finished("abort", time.perf_counter() - job.arrived)
+                continue
+            try:
+                slot = self.engine.insert(job.request)
+            except UserError as e:  # the handler checked already; the engine has the last word
+                job.post(Delta("", 0, None, ApiError(400, str(e))))
+                continue
+            self.running[slot] = job
+            self.metrics.prompt_tokens.inc(len(job.request.prompt))
+
+    def step(self) -> None:
+        """One engine step; each job's new tokens become text (cut at a stop string)."""
+        outputs = self.engine.step()
+        now = time.perf_counter()
+        for out in outputs:
+            job = self.running[out.slot]
+            before, text = job.tokens, []
+            for token in out.tokens:  # one at a time: a stop string ends the request there
+                text.append(job.text.push([token]))
+                job.tokens, job.last_token = job.tokens + 1, token
+                if job.text.stopped:
+                    break
+            if job.tokens > before:
+                self.metrics.step(job.tokens - before, now - (job.last or job.arrived),
+                                  job.last is None, out.drafted, out.accepted)
+                job.last = now
+            finish = None
+            if job.text.stopped:
+                finish = "stop"
+                if not out.done:
+                    self.engine.cancel(out.slot)  # nothing after the stop string is wanted
+            elif out.done:
+                finish = "stop" if job.last_token == self.eos_id else "length"
+            if finish:
+                text.append(job.text.finish())
+                self.end(out.slot, job, finish)
+            job.post(Delta("".join(text), job.tokens, finish))
+
+    def end(self, slot: int, job: Job, reason: str) -> None:
+        del self.running[slot]
+        self.metrics.finished(reason, time.perf_counter() - job.arrived)

@@ -1,0 +1,454 @@
+"""`nanospec serve` (serving/server.py), tested over real HTTP the way clients use it.
+
+One uvicorn server runs on a loopback port for the whole module, over the continuous-batching
+engine with the tiny untrained models (speculative: a draft model, γ = 3, two slots, a queue of
+one), so the module compiles once. The engine's steps pass through a gate the tests can close,
+which holds requests mid-decode without any sleep: that is how a full queue and a client that
+disconnects mid-stream are reproduced exactly.
+
+- the official `openai` client gets the engine's own tokens as text, streamed or not (the
+  reference tokens come from the same engine, driven directly, before the server starts);
+- /v1/models, /health, and /metrics under vLLM's names, counting what the clients received;
+- every bad request is its 4xx with OpenAI's error shape, one sentence;
+- a full queue is 429; a client that disconnects frees its slot; stop strings cut the text and
+  never show; a draining server is 503;
+- TextStream (serving/text.py) by known answers: a character split across tokens, a stop
+  string split across steps;
+- and one real `nanospec serve` process on the shipped checkpoints: the same text streamed or
+  not, and SIGTERM drains an in-flight stream to its end, then the process exits 0.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+import uvicorn
+from flax import nnx
+from prometheus_client.parser import text_string_to_metric_families
+
+from nanospec.cli import main
+from nanospec.decode import Bundle
+from nanospec.model import GPT, ModelConfig
+from nanospec.serving.engine import Request
+from nanospec.serving.launch import build_engine, speculative_config
+from nanospec.serving.server import build_app
+from nanospec.serving.text import TextStream
+from tests.conftest import REPO, SHIPPED
+
+MAX_QUEUE = 1
+
+
+class Gate:
+    """The engine, except that each step first waits for the gate: open (the default), or
+    closed with a budget of steps that `allow` adds to."""
+
+    def __init__(self, engine):
+        self.engine, self.budget, self.cond = engine, None, threading.Condition()
+
+    def __getattr__(self, name):  # insert, cancel, free_slots, loop, ...: the engine's own
+        return getattr(self.engine, name)
+
+    def step(self):
+        with self.cond:
+            self.cond.wait_for(lambda: self.budget is None or self.budget > 0)
+            if self.budget is not None:
+                self.budget -= 1
+        return self.engine.step()
+
+    def close(self, steps: int = 0):
+        """Let `steps` more steps through, then hold every step until `open`."""
+        with self.cond:
+            self.budget = steps
+
+    def open(self):
+        with self.cond:
+            self.budget = None
+            self.cond.notify_all()
+
+
+def alone(engine, request: Request) -> list[int]:
+    """The request's tokens, from the engine driven directly (nothing else in it)."""
+    slot, tokens = engine.insert(request), []
+    while engine.busy:
+        tokens += [t for o in engine.step() if o.slot == slot for t in o.tokens]
+    return tokens
+
+
+def tiny(tok, seed: int, name: str):
+    cfg = ModelConfig.from_dict({**ModelConfig.tiny(vocab_size=tok.vocab_size, n_ctx=64)
+                                 .to_dict(), "name": name})
+    graphdef, params = nnx.split(GPT(cfg, nnx.Rngs(seed)))
+    return cfg, graphdef, params
+
+
+# (prompt, max_tokens, temperature, top_k, top_p, seed): greedy, and sampled with every filter.
+CASES = [("The capital of France is", 12, 0.0, 0, 1.0, 0),
+         ("The quick brown fox", 30, 1.0, 50, 0.95, 7)]
+
+
+class Live:
+    """The module's server: base URL, app, gate, tokenizer and reference completions."""
+
+    def __init__(self, app, gate, tok, port):
+        self.app, self.gate, self.tok = app, gate, tok
+        self.url = f"http://127.0.0.1:{port}"
+        self.scheduler = app.state.service.scheduler
+        self.reference: dict[tuple, list[int]] = {}
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0)
+
+    def metrics(self) -> dict[str, float]:
+        """Every sample of /metrics: {name or name{label=value}: value} (the engine labels
+        dropped, the finished_reason kept)."""
+        text = httpx.get(self.url + "/metrics").text
+        out = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                reason = s.labels.get("finished_reason")
+                out[s.name + (f"{{{reason}}}" if reason else "")] = s.value
+        return out
+
+
+def eventually(check, what: str, limit: float = 60.0):
+    """Wait until check() holds (a safety limit only: no test asserts how long it takes)."""
+    end = time.monotonic() + limit
+    while not check():
+        assert time.monotonic() < end, f"never happened: {what}"
+        time.sleep(0.01)
+
+
+def serve_in_thread(app):
+    """(uvicorn server, its thread, port) on a free loopback port, once it is listening."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    eventually(lambda: server.started, "the server started")
+    return server, thread, sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def live(tiny_tokenizer):
+    bundle = Bundle(tiny_tokenizer, {"target": tiny(tiny_tokenizer, 0, "target"),
+                                     "draft": tiny(tiny_tokenizer, 1, "draft")})
+    gate = Gate(build_engine(bundle, "draft", gamma=3, slots=2))
+    references = {case: alone(gate, Request(tiny_tokenizer.encode_prompt(case[0]), *case[1:]))
+                  for case in CASES}
+    app = build_app(gate, tiny_tokenizer, "nanospec", max_queue=MAX_QUEUE)
+    server, thread, port = serve_in_thread(app)
+    live = Live(app, gate, tiny_tokenizer, port)
+    live.reference = references
+    yield live
+    gate.open()
+    server.should_exit = True
+    thread.join(timeout=60)
+    assert not thread.is_alive() and not live.scheduler.thread.is_alive()
+
+
+def create(client, case, **kw):
+    prompt, max_tokens, temperature, top_k, top_p, seed = case
+    return client.completions.create(model="nanospec", prompt=prompt, max_tokens=max_tokens,
+                                     temperature=temperature, top_p=top_p, seed=seed,
+                                     extra_body={"top_k": top_k}, **kw)
+
+
+def text_of(tok, tokens: list[int]) -> str:
+    return tok.decode(t for t in tokens if t != tok.eos_id)
+
+
+@pytest.mark.parametrize("case", CASES, ids=["greedy", "sampled"])
+def test_the_openai_client_gets_the_engines_tokens_streamed_or_not(live, case):
+    want = live.reference[case]
+    reason = "stop" if want[-1] == live.tok.eos_id else "length"
+    whole = create(live.client(), case)
+    assert whole.object == "text_completion" and whole.model == "nanospec"
+    assert whole.choices[0].text == text_of(live.tok, want)
+    assert whole.choices[0].finish_reason == reason
+    prompt_tokens = len(live.tok.encode_prompt(case[0]))
+    assert (whole.usage.prompt_tokens, whole.usage.completion_tokens,
+            whole.usage.total_tokens) == (prompt_tokens, len(want), prompt_tokens + len(want))
+
+    chunks = list(create(live.client(), case, stream=True,
+                         stream_options={"include_usage": True}))
+    texts = [c.choices[0].text for c in chunks if c.choices]
+    assert "".join(texts) == whole.choices[0].text and len(texts) > 1
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == reason
+    assert all(c.id == chunks[0].id for c in chunks)
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(want)
+    # vLLM's continuous_usage_stats (guidellm asks for it): the counts so far in every chunk
+    counted = list(create(live.client(), case, stream=True, stream_options={
+        "include_usage": True, "continuous_usage_stats": True}))
+    so_far = [c.usage.completion_tokens for c in counted]
+    assert so_far == sorted(so_far) and so_far[-1] == len(want)
+    assert all(c.usage.prompt_tokens == prompt_tokens for c in counted)
+
+
+def test_models_and_health(live):
+    models = live.client().models.list()
+    assert [m.id for m in models.data] == ["nanospec"]
+    assert httpx.get(live.url + "/health").status_code == 200
+
+
+def test_metrics_count_what_the_clients_received(live):
+    before = live.metrics()
+    got = [create(live.client(), case) for case in CASES + CASES[:1]]
+    eventually(lambda: live.metrics()["vllm:num_requests_running"] == 0, "the engine is idle")
+    after = live.metrics()
+    delta = {k: after[k] - before.get(k, 0) for k in after}
+    assert delta["vllm:generation_tokens_total"] == sum(r.usage.completion_tokens for r in got)
+    assert delta["vllm:prompt_tokens_total"] == sum(r.usage.prompt_tokens for r in got)
+    assert delta["vllm:request_success_total{stop}"] + \
+        delta["vllm:request_success_total{length}"] == len(got)
+    for name in ("time_to_first_token", "e2e_request_latency"):
+        assert delta[f"vllm:{name}_seconds_count"] == len(got)
+        assert delta[f"vllm:{name}_seconds_sum"] > 0
+    assert delta["vllm:inter_token_latency_seconds_count"] > 0
+    drafts = delta["vllm:spec_decode_num_drafts_total"]
+    drafted = delta["vllm:spec_decode_num_draft_tokens_total"]
+    accepted = delta["vllm:spec_decode_num_accepted_tokens_total"]
+    assert 0 < drafts and drafted <= 3 * drafts and 0 <= accepted <= drafted
+    # Each round emits its accepted drafts plus one token (a resample or the bonus), the last
+    # round perhaps cut short by max_tokens.
+    # (The draft model drafts every round; prompt lookup may not, and then this is looser.)
+    assert delta["vllm:generation_tokens_total"] <= accepted + drafts
+    assert after["vllm:num_requests_waiting"] == 0
+
+
+GOOD = {"model": "nanospec", "prompt": "The capital", "max_tokens": 2}
+BAD = [  # (what is wrong, body: a dict or raw text, status, param)
+    ("not JSON", "{not json", 400, None),
+    ("not an object", [1, 2], 400, None),
+    ("unknown field", {**GOOD, "frobnicate": 1}, 400, "frobnicate"),
+    ("unknown nested field", {**GOOD, "stream_options": {"include_usage": True, "extra": 1}},
+     400, "stream_options.extra"),
+    ("no prompt", {"model": "nanospec"}, 400, "prompt"),
+    ("prompt of wrong type", {**GOOD, "prompt": 7}, 400, "prompt"),
+    ("two prompts", {**GOOD, "prompt": ["one", "two"]}, 400, "prompt"),
+    ("empty prompt", {**GOOD, "prompt": ""}, 400, "prompt"),
+    ("prompt past the context", {**GOOD, "prompt": "word " * 80}, 400, "prompt"),  # ctx 64
+    ("negative temperature", {**GOOD, "temperature": -1}, 400, "temperature"),
+    ("temperature not a number", {**GOOD, "temperature": "hot"}, 400, "temperature"),
+    ("top_p 0", {**GOOD, "top_p": 0}, 400, "top_p"),
+    ("top_p above 1", {**GOOD, "top_p": 1.5}, 400, "top_p"),
+    ("negative top_k", {**GOOD, "top_k": -2}, 400, "top_k"),
+    ("max_tokens 0", {**GOOD, "max_tokens": 0}, 400, "max_tokens"),
+    ("n 2", {**GOOD, "n": 2}, 400, "n"),
+    ("echo", {**GOOD, "echo": True}, 400, "echo"),
+    ("negative seed", {**GOOD, "seed": -1}, 400, "seed"),
+    ("empty stop string", {**GOOD, "stop": ""}, 400, "stop"),
+    ("unknown model", {**GOOD, "model": "gpt-4o"}, 404, "model"),
+]
+
+
+@pytest.mark.parametrize("body, status, param", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_a_bad_request_gets_its_status_and_openai_error_shape(live, body, status, param):
+    raw = body if isinstance(body, str) else json.dumps(body)
+    r = httpx.post(live.url + "/v1/completions", content=raw,
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert set(r.json()) == {"error"} and set(error) == {"message", "type", "param", "code"}
+    assert error["param"] == param and error["type"] == "invalid_request_error"
+    assert error["message"].endswith(".") and "\n" not in error["message"]
+    assert error["code"] == {404: "model_not_found"}.get(status, error["code"])
+
+
+def test_other_mistakes_have_the_error_shape_too(live):
+    no_json = httpx.post(live.url + "/v1/completions", content="model=nanospec")
+    assert no_json.status_code == 400 and "Content-Type" in no_json.json()["error"]["message"]
+    assert httpx.get(live.url + "/v1/nothing").json()["error"]["message"] == "Not Found."
+    # The standard fields the official client may send, at values that ask for nothing, pass.
+    ok = live.client().completions.create(
+        model="nanospec", prompt="The", max_tokens=2, n=1, echo=False, best_of=1,
+        logprobs=None, presence_penalty=0, frequency_penalty=0, logit_bias={}, user="u1",
+        suffix=None, stop=None)
+    assert ok.choices[0].finish_reason in ("stop", "length")
+
+
+def hang_up(live, body: dict) -> None:
+    """Send a request and close the connection without waiting for any answer."""
+    raw = json.dumps(body).encode()
+    with socket.create_connection(("127.0.0.1", int(live.url.rsplit(":", 1)[1]))) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: test\r\n"
+                  b"Content-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n%s" % (len(raw), raw))
+
+
+def test_a_full_queue_is_429_and_a_waiting_client_that_leaves_is_dropped(live):
+    before = live.metrics()
+    live.gate.close()  # the first request takes the slot it gets and stays there ...
+    results = {}
+
+    def ask(name):
+        results[name] = create(live.client(), CASES[1])
+
+    first = threading.Thread(target=ask, args=("first",))
+    first.start()
+    eventually(lambda: live.metrics()["vllm:num_requests_running"] == 1, "first running")
+    # A client that queues and leaves is dropped from the queue without ever running.
+    hang_up(live, {**GOOD, "stream": True})
+    eventually(lambda: live.metrics()["vllm:request_success_total{abort}"] ==
+               before["vllm:request_success_total{abort}"] + 1, "the leaver dropped")
+    assert live.metrics()["vllm:num_requests_waiting"] == 0
+    second = threading.Thread(target=ask, args=("second",))  # ... and while the first decodes,
+    second.start()  # the second waits for a slot: the queue (of one) is full
+    eventually(lambda: live.metrics()["vllm:num_requests_waiting"] == 1, "second waiting")
+    with pytest.raises(openai.RateLimitError) as refused:
+        create(live.client(), CASES[0])
+    assert refused.value.status_code == 429
+    assert refused.value.response.json()["error"]["code"] == "rate_limit_exceeded"
+    live.gate.open()
+    first.join(), second.join()
+    want = text_of(live.tok, live.reference[CASES[1]])
+    assert results["first"].choices[0].text == results["second"].choices[0].text == want
+    assert live.metrics()["vllm:prompt_tokens_total"] == before["vllm:prompt_tokens_total"] + \
+        2 * results["first"].usage.prompt_tokens  # the leaver was never prefilled
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_slot(live):
+    before = live.metrics()
+    live.gate.close(steps=1)  # one step: the request is running, and far from its 40 tokens
+    body = {**GOOD, "max_tokens": 40, "temperature": 0, "seed": 0, "stream": True}
+    with httpx.stream("POST", live.url + "/v1/completions", json=body) as r:
+        assert r.status_code == 200  # the headers came: it is decoding; now hang up
+    eventually(lambda: any(j.cancelled for j in live.scheduler.running.values()),
+               "the server saw the client go")
+    live.gate.open()
+    eventually(lambda: live.metrics()["vllm:num_requests_running"] == 0, "the slot is free")
+    after = live.metrics()
+    assert after["vllm:request_success_total{abort}"] == \
+        before["vllm:request_success_total{abort}"] + 1
+    assert live.gate.free_slots == live.gate.n_slots
+    again = create(live.client(), CASES[0])  # and the server goes on serving
+    assert again.choices[0].text == text_of(live.tok, live.reference[CASES[0]])
+
+
+def stop_for(text: str) -> str:
+    """A two-character stop string from the middle of `text` (printable ASCII)."""
+    return next(text[i:i + 2] for i in range(3, len(text) - 1)
+                if text[i:i + 2].isascii() and text[i:i + 2].isprintable())
+
+
+def test_stop_strings_cut_the_text_and_free_the_slot(live):
+    case = CASES[1]
+    full = text_of(live.tok, live.reference[case])
+    stop = stop_for(full)
+    want = full[:full.index(stop)]
+    whole = create(live.client(), case, stop=[stop, "never-in-here"])
+    assert whole.choices[0].text == want and whole.choices[0].finish_reason == "stop"
+    assert whole.usage.completion_tokens < len(live.reference[case])
+    chunks = list(create(live.client(), case, stop=stop, stream=True))
+    texts = [c.choices[0].text for c in chunks]
+    # The pieces join to exactly the text before the stop: not even its first character,
+    # which the server held back until the next step showed the stop, was ever sent.
+    assert "".join(texts) == want and chunks[-1].choices[0].finish_reason == "stop"
+    eventually(lambda: live.metrics()["vllm:num_requests_running"] == 0, "slots freed")
+
+
+def test_a_draining_server_refuses_new_requests_with_503(live):
+    live.scheduler.drain()
+    try:
+        r = httpx.post(live.url + "/v1/completions", json=GOOD)
+        assert r.status_code == 503 and r.json()["error"]["type"] == "server_error"
+    finally:
+        live.scheduler.draining = False  # the module's other tests go on using it
+
+
+def test_text_stream_holds_back_half_characters_and_stop_beginnings(tiny_tokenizer):
+    tok = tiny_tokenizer
+    s = TextStream(tok, [])
+    assert s.push([0xC3]) == "" and s.push([0xA9]) == "é"  # "é" is the bytes c3 a9
+    assert s.push([0xC3]) == "" and s.finish() == "\ufffd"  # cut off for good
+    s = TextStream(tok, ["END"])
+    assert s.push(tok.encode("the E")) == "the "
+    assert s.push(tok.encode("N")) == "" and not s.stopped
+    assert s.push(tok.encode("D and more")) == "" and s.stopped
+    assert s.push(tok.encode("x")) == s.finish() == ""
+    s = TextStream(tok, ["END"])
+    assert s.push(tok.encode("the EN")) == "the " and s.finish() == "EN"  # no stop came
+
+
+def test_speculative_config_is_read_like_vllms(capsys):
+    assert speculative_config('{"method": "draft_model", "num_speculative_tokens": 4}') == \
+        {"method": "draft", "gamma": 4}
+    assert speculative_config('{"method": "eagle"}') == {"method": "eagle"}
+    for bad, fragment in (("{oops", "JSON"), ('{"method": "suffix"}', "method"),
+                          ('{"method": "ngram", "model": "x"}', "does not know model"),
+                          ('{"method": "ngram", "num_speculative_tokens": 0}', "1 to 32")):
+        assert main(["serve", "--speculative-config", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and fragment in err and "Traceback" not in err
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_nanospec_serve_streams_and_drains_on_sigterm():
+    """The real command on the shipped checkpoints, as a process: the same text streamed or
+    not, then SIGTERM while a stream is in flight — it ends normally and the process exits 0."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nanospec.cli", "--checkpoints", str(SHIPPED), "serve",
+         "--port", str(port), "--speculative-config",
+         '{"method": "draft_model", "num_speculative_tokens": 4}', "--slots", "2"],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def up():
+            assert proc.poll() is None, proc.stderr.read()
+            try:
+                return httpx.get(url + "/health").status_code == 200
+            except httpx.TransportError:
+                return False
+        eventually(up, "the server is up", limit=300)
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        ask = dict(model="nanospec", prompt="The capital of France is", max_tokens=24,
+                   temperature=0)
+        whole = client.completions.create(**ask).choices[0].text
+        streamed = "".join(c.choices[0].text for c in client.completions.create(**ask,
+                                                                               stream=True))
+        assert whole == streamed and whole.startswith(" Paris")
+        # A long one (132 tokens, then <|endoftext|>), signalled after its first chunk.
+        stream = client.completions.create(**{**ask, "prompt": "def capital_of(country):",
+                                              "max_tokens": 200}, stream=True)
+        chunks = [next(stream)]
+        proc.send_signal(signal.SIGTERM)  # mid-stream
+        chunks += list(stream)
+        assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+        assert proc.wait(timeout=120) == 0
+        log = proc.stderr.read()
+        assert "draining: finishing 1 request in flight" in log and "Traceback" not in log
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_doctests():
+    import doctest
+    from nanospec.serving import launch, text
+    assert doctest.testmod(text).failed == doctest.testmod(launch).failed == 0
+
+
+def test_a_port_in_use_is_one_sentence(capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        assert main(["serve", "--port", str(taken.getsockname()[1])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Cannot listen on 127.0.0.1" in err
