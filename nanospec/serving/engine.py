@@ -274,6 +274,8 @@ class Engine:
             self.state = jax.block_until_ready(self._redraft(self.dparams, self.state))
         self.paused = gamma == 0
         self.steps_at[gamma] = self.steps_at.get(gamma, 0) + 1
+        if self.policy is not None:  # subtle: wait for a prefill still running (async dispatch),
+            jax.block_until_ready(self.state)  # or the policy would charge it to this step
         start = time.perf_counter()
         self.state, drafted, accepted = self._steps[gamma](self.params, self.dparams, self.state,
                                                            self.sp, self.max_new)
