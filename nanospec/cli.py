@@ -170,6 +170,9 @@ def add_serve(sub) -> None:
                    help="vLLM's form instead of --method/--gamma, e.g. "
                         "'{\"method\": \"draft_model\", \"num_speculative_tokens\": 4}'")
     s.add_argument("--slots", type=int_in(1, 256), default=8, help="requests decoded at once")
+    s.add_argument("--max-model-len", type=int_in(2, 1_000_000), default=None,
+                   help="tokens a request may hold, prompt and completion (default the model's "
+                        "context): each slot's cache is sized to it")
     s.add_argument("--max-queue", type=int_in(0, 100_000), default=64,
                    help="requests that may wait for a slot; past that: 429")
     s.add_argument("--served-model-name", default="nanospec", help="the API's model name")
@@ -181,7 +184,11 @@ def add_loadtest(sub) -> None:
     t = sub.add_parser("loadtest", help="load `nanospec serve` over HTTP: throughput and "
                                         "latency percentiles against concurrency")
     t.add_argument("--strategies", default=None,
-                   help="comma-separated: ar, draft, adaptive, vllm-disable (default all)")
+                   help="comma-separated: ar, draft (fixed γ), adaptive, vllm-disable "
+                        "(default all)")
+    t.add_argument("--method", default=None,
+                   help="the speculative strategies' drafter: draft (the draft model), ngram "
+                        "(prompt lookup) or eagle (ar,draft only)")
     t.add_argument("--workloads", default="facts", help="facts, repetitive, code, mixed")
     t.add_argument("--concurrency", default="1,2,4,8,16,32,64",
                    help="closed-loop clients at each level, comma-separated")
@@ -197,6 +204,8 @@ def add_loadtest(sub) -> None:
                    help="vllm-disable: plain decoding from this many running requests")
     t.add_argument("--slots", type=int_in(1, 256), default=None,
                    help="one server of this many slots per strategy (default: slots = clients)")
+    t.add_argument("--max-model-len", type=int_in(2, 1_000_000), default=None,
+                   help="the servers' --max-model-len: each slot's cache (default the context)")
     t.add_argument("--json", default=None, metavar="FILE",
                    help="write the report here (default runs/loadtest.json)")
     t.add_argument("--plots", default=None, metavar="DIR", help="also write SVG plots here")

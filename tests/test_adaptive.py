@@ -2,9 +2,12 @@
 acceptance estimate, and an engine whose γ moves every step — greedy text unchanged, the draft
 cache rebuilt on resume drafting exactly what a fresh one drafts, the cost probe."""
 
+import doctest
+
 import pytest
 
 from nanospec.drafters import DraftModel
+from nanospec.serving import adaptive
 from nanospec.errors import UserError
 from nanospec.generate import Decoder
 from nanospec.serving.adaptive import (Acceptance, DisableByBatchSize, Fixed, Goodput,
@@ -43,6 +46,10 @@ def pair():
     return tiny_pair()
 
 
+def test_doctests():
+    assert doctest.testmod(adaptive).failed == 0
+
+
 def test_expected_tokens_is_the_geometric_sum():
     assert expected_tokens(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
     assert expected_tokens(1.0, 4) == 5.0 and expected_tokens(0.3, 0) == 1.0
@@ -54,6 +61,30 @@ def test_acceptance_counts_rejections_not_drafts_thrown_away():
     # 3 + 0 accepted of 4 + 4 drafted: one rejection; α = 3 / (3 + 1), not 3 / 8
     a.add([Output(0, [1], False, 4, 3), Output(1, [1, 2, 3], False, 0, 0)])
     assert a.alpha == pytest.approx(3 / 4)
+
+
+def test_rounds_without_drafts_count_as_one_token():
+    """Prompt lookup drafts all or nothing: α̂ is measured where it drafted, π̂ says how
+    often it did, and a round's tokens are 1 + π̂ (E(α̂, γ) − 1). Plain steps (γ = 0) are
+    not rounds that found nothing, so they leave both alone."""
+    a = Acceptance(decay=1.0)
+    # two slots, four drafting steps: each slot drafted (4 drafts, 3 accepted) in one of two
+    a.add([Output(0, [1, 2, 3, 4], False, 4, 3), Output(1, [5], False, 0, 0)])
+    a.add([Output(0, [1], False, 0, 0), Output(1, [5, 6, 7, 8], False, 4, 3)])
+    a.add([Output(0, [1], False, 0, 0), Output(1, [9], False, 0, 0)], drafting=False)
+    assert a.alpha == pytest.approx(3 / 4) and a.proposing == pytest.approx(1 / 2)
+    assert a.tokens(4) == pytest.approx(1 + (expected_tokens(0.75, 4) - 1) / 2)
+    assert a.tokens(0) == 1.0
+    a.add([Output(0, [], True, 0, 0)])  # a slot that ended with no new token: no round
+    assert a.proposing == pytest.approx(1 / 2)
+    # α̂ = 0.75 with drafts in every round (the draft model): E = 3.05 tokens for a round
+    # that costs 2.5 plain steps, so γ = 4. Drafts in half the rounds: 1 + 2.05 / 2 = 2.03
+    # tokens for the same cost, so plain decoding.
+    costs = {0: 1.0, 4: 2.5}
+    every = counted(accepted=28, rejected=4)
+    assert (every.alpha, every.proposing) == (0.75, 1.0)
+    assert Goodput(gammas=(0, 4), costs=costs).choose(8, every) == 4
+    assert Goodput(gammas=(0, 4), costs=costs).choose(8, a) == 0
 
 
 def test_goodput_chooses_by_the_cost_model():
@@ -70,20 +101,41 @@ def test_goodput_explores_after_plain_steps_and_needs_a_margin_to_switch():
     # α where γ = 4 promises 1.05× the goodput of plain steps: below the margin, stay plain
     edge = Acceptance(decay=1.0)
     edge.accepted, edge.rejected = 55.0, 45.0  # α = 0.55: E = 2.11 tokens for 2× the cost
-    assert 1.0 < policy.goodput(4, edge.alpha) / policy.goodput(0, edge.alpha) < 1.1
+    assert 1.0 < policy.goodput(4, edge) / policy.goodput(0, edge) < 1.1
     assert policy.choose(8, edge) == 0
     with pytest.raises(UserError, match="probe"):
         Goodput().choose(1, low)
 
 
-def test_goodput_costs_follow_the_median_of_recent_steps():
+def test_goodput_costs_follow_the_trimmed_mean_of_recent_steps():
     policy = Goodput(gammas=(0, 4), costs={0: 1.0, 4: 2.0}, window=3)
-    policy.observe(4, 9.0)  # one slow step: the median of (2, 9) is 5.5 ...
-    policy.observe(4, 2.0)  # ... and with a normal one, (9, 2, 2) -> 2 again
+    policy.observe(4, 9.0)  # one slow step: the mean of (2, 9) is 5.5 ...
+    policy.observe(4, 2.0)  # ... and with a normal one, (2, 9, 2) trimmed -> 2 again
     assert policy.costs == {0: 1.0, 4: 2.0}
     policy.observe(0, 1.5)
     policy.observe(0, 1.5)
     assert policy.costs[0] == 1.5
+    # Two kinds of step, wide passes (2.0) and rounds nobody drafted in (1.0): the cost is
+    # their average, where a median would take the majority's.
+    mixed = Goodput(gammas=(0, 4), costs={0: 1.0, 4: 2.0}, window=7)
+    for t in (1.0, 2.0, 1.0, 2.0, 1.0, 1.0):
+        mixed.observe(4, t)
+    assert mixed.costs[4] == pytest.approx((2.0 + 1.0 + 2.0 + 1.0 + 1.0) / 5)
+
+
+def test_the_time_between_steps_is_a_cost_every_gamma_pays():
+    """A server's own work between steps (handing out tokens, streaming) is paid once a step:
+    added to every γ's cost, it favours the round that emits more tokens. Here γ = 4 yields
+    2.31 tokens for 2.5× a plain step's time — a loss on the step costs alone, a win once
+    each step also carries 2 s of the caller's work: 2.31 / 4.5 > 1.0 / 3.0."""
+    a = Acceptance(decay=1.0)
+    a.accepted, a.rejected = 1.5, 1.0  # α̂ = 0.6: E(0.6, 4) = 2.31
+    policy = Goodput(gammas=(0, 4), costs={0: 1.0, 4: 2.5})
+    assert policy.choose(8, a) == 0
+    for gap in (2.0, 2.0, 50.0):  # one long gap (requests admitted) does not move the median
+        policy.between(gap)
+    assert policy.overhead == 2.0 and Goodput(gammas=(0, 4), costs={0: 1.0, 4: 2.5},
+                                              overhead=2.0, last=0).choose(8, a) == 4
 
 
 def test_the_other_policies():
@@ -132,6 +184,8 @@ def test_the_probe_measures_every_gamma_and_leaves_the_engine_idle(pair):
     assert not engine.busy and engine.acceptance.alpha is None and engine.steps_at == {}
     assert serve(engine, {0: [Request(PROMPT, 6, 0.0)]}) == {
         0: alone(loops(pair)["ar"], pair, Request(PROMPT, 6, 0.0))}  # serves as before
+    # Each step after the first, while the request ran, told the policy the gap before it.
+    assert len(policy.gaps) == sum(engine.steps_at.values()) - 1 and policy.overhead >= 0
 
 
 def test_adaptive_speculation_needs_a_chain_drafter(pair):

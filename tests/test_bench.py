@@ -7,6 +7,7 @@ all checked on synthetic numbers, never on wall-clock times.
 
 import doctest
 import io
+import math
 import json
 
 import pytest
@@ -100,14 +101,16 @@ def test_bench_reports_every_column_and_writes_json(bundle, tmp_path):
     out = io.StringIO()  # a tree row (no prediction) can be the best one too: it must print
     print_bench(Console(file=out, width=200), {**report, "best": report["rows"][-1]})
     assert "best: eagle with γ = tree 2,1" in out.getvalue()
-    # The same decode step timed two ways: when they disagree, the report says so.
-    assert report["ar"]["tpot_over_decode_probe"] > 0
-    for agree, warned in ((1.05, False), (1.3, True), (0.8, True)):
+    # The same decode step timed two ways: when they disagree, the report says so. TPOT here is
+    # 3 decode steps, a difference of two runs' times, so on a loaded machine it can come out
+    # at or below 0 (seen under make test): only its being a number is asserted, and such a run is flagged.
+    assert math.isfinite(report["ar"]["tpot_over_decode_probe"])
+    for agree, warned in ((1.05, False), (1.3, True), (0.8, True), (-0.5, True)):
         out = io.StringIO()
         ar = {**report["ar"], "tpot_over_decode_probe": agree}
         print_bench(Console(file=out, width=200), {**report, "ar": ar})
         assert ("noisy run" in out.getvalue()) == warned, agree
-    assert report["ar"]["ttft_ms"] > 0 and report["ar"]["tpot_ms"] > 0
+    assert report["ar"]["ttft_ms"] > 0 and math.isfinite(report["ar"]["tpot_ms"])
     # Only prompt lookup may skip drafting; every other drafter drafts in every round.
     assert all(r["rounds_without_drafts"] == 0 for r in report["rows"][:-4] if r["method"] != "ngram")
 

@@ -12,6 +12,7 @@ from nanospec.generate import Decoder, pad_prompts
 from nanospec.rounds import generated
 from nanospec.sampling import SamplingParams
 from nanospec.serving.engine import Engine, Request
+from nanospec.serving.steps import slots_for
 from nanospec.speculative import Speculator
 from nanospec.ssd import SSDSpeculator
 from nanospec.trees.loop import TreeSpeculator
@@ -100,6 +101,30 @@ def test_a_full_engine_and_bad_requests_are_one_sentence(pair):
             Engine(loops(pair)["ar"], p, draft[2], slots=1).insert(bad)
     with pytest.raises(UserError, match="at least one slot"):
         Engine(loops(pair)["ar"], p, draft[2], slots=0)
+
+
+@pytest.mark.parametrize("method", ["ar", "draft", "ssd", "ngram", "tree"])
+def test_caches_for_max_len_tokens_keep_each_requests_tokens(pair, method):
+    """max_len (--max-model-len): every slot's cache holds max_len tokens, not the whole
+    context; a request still emits what it emits alone, and one that would run past max_len
+    ends there, as a request for fewer tokens would."""
+    (cfg, _, p), draft = pair
+    loop = loops(pair)[method]
+    longest = max(len(r.prompt) + r.max_new for r in REQUESTS)
+    engine = Engine(loop, p, draft[2], slots=2, max_len=longest)
+    assert engine.state.cache.capacity == slots_for(longest, loop.block)
+    # (these tiny models' whole context is 16 tokens, one multiple of 16 already; the
+    # shipped ones at 80 tokens a request, γ = 4: 80 + 4 slots of slack, rounded up)
+    assert (slots_for(80, 5), slots_for(256, 5)) == (96, 272)
+    got = serve(engine, {0: REQUESTS[:2], 2: REQUESTS[2:]})
+    assert [got[i] for i in range(len(REQUESTS))] == [alone(loop, pair, r) for r in REQUESTS]
+    short = Engine(loop, p, draft[2], slots=1, max_len=len(PROMPT) + 4)
+    assert serve(short, {0: [REQUESTS[0]]}) == {0: alone(loop, pair, REQUESTS[0]._replace(
+        max_new=4))}
+    with pytest.raises(UserError, match=f"context holds {len(PROMPT) + 4},"):
+        short.insert(Request(PROMPT + [1] * 4, 3))
+    with pytest.raises(UserError, match="must be 2 to"):
+        Engine(loop, p, draft[2], slots=1, max_len=cfg.n_ctx + 1)
 
 
 def test_the_closed_loop_keeps_every_slot_busy_until_all_requests_finish(pair):

@@ -3,10 +3,12 @@
 Every .py file under nanospec/ and viz/: at most MAX_FILE_LINES lines, every function at most
 MAX_FUNCTION_LINES; no module imports another's private (single-underscore) names; and no
 drafter is asked what it can do by hasattr — what a drafter offers is its declared interface.
-Tests (this folder) may reach into private names; they are not checked.
+Tests (this folder) may reach into private names; they are not checked. And the README, the
+learner's front door: at most 12 KB, and every file it links to is in the repository.
 """
 
 import ast
+import re
 from functools import cache
 from pathlib import Path
 
@@ -16,6 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("nanospec", "viz")
 MAX_FILE_LINES = 300
 MAX_FUNCTION_LINES = 60
+MAX_README_BYTES = 12 * 1024
 
 
 def sources() -> list[Path]:
@@ -69,6 +72,16 @@ def private_imports(tree: ast.Module) -> list[tuple[int, str, str]]:
             found += [(node.lineno, node.module, alias.name) for alias in node.names
                       if alias.name.startswith("_") and not alias.name.startswith("__")]
     return found
+
+
+def test_the_readme_is_short_and_its_links_resolve():
+    readme = (REPO / "README.md").read_bytes()
+    assert len(readme) <= MAX_README_BYTES, f"README.md is {len(readme):,} bytes, over 12 KB"
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme.decode("utf-8"))
+    local = [t for t in targets if "://" not in t]
+    assert local, "no relative links found: the pattern is broken"
+    missing = [t for t in local if not (REPO / t).exists()]
+    assert not missing, report("README links to missing files", missing)
 
 
 def test_no_module_imports_another_modules_private_names():

@@ -98,6 +98,43 @@ def test_the_crossover_and_the_adaptive_verdict_on_rows_made_by_hand():
     assert verdicts([row(1, ar=1)], ["ar"]) == {"crossover": {}, "adaptive_within_5pct": []}
 
 
+def test_every_table_fits_an_80_column_terminal_uncut(monkeypatch):
+    """The load test's and the engine sweep's tables, with the widest cells a real sweep
+    prints (p99s in the hundreds of ms, four strategies, four γ in a policy's mix): rich
+    would cut a cell that does not fit to "…", and a cut number is a wrong number."""
+    import io
+
+    from rich.console import Console
+
+    from nanospec import teach
+    from nanospec.measure import crossover as engine_sweep
+    from nanospec.measure import loadtest_report as report
+    screen = Console(file=io.StringIO(), width=80)
+    monkeypatch.setattr(teach, "console", screen)
+    wide = {"p50": 123.4, "p90": 999.9, "p99": 1234.5, "mean": 200.0}
+    server = {"acceptance_rate": 0.81, "mean_acceptance_length": 4.22, "rss_bytes": 2**31,
+              "kv_cache_bytes": 2**28, "draft_state_bytes": 2**26}
+    run = {"tokens_per_s": 12345.6, "requests_per_s": 123.45, "tokens_per_chunk": 4.22,
+           "completed": 1024, "requests": 1024, "server": server,
+           **{f"{m}_ms": wide for m in ("ttft", "itl", "tpot", "e2e")}}
+    strategies = ["ar", "draft", "adaptive", "vllm-disable"]
+    rows = [{"concurrency": c, "rate": c, **{s: run for s in strategies}} for c in (1, 64)]
+    report.print_levels("facts, T = 1, 128 tokens a request, 1024 requests a level", rows,
+                        strategies)
+    report.print_rates("facts", rows, strategies)
+    mix = {"0": 0.5, "1": 0.1, "2": 0.15, "4": 0.25}
+    engine_rows = [{"slots": s, **{m: {"tokens_per_s": 12345.6, "gamma_share": mix if
+                                       m in ("adaptive", "disable") else None}
+                                   for m in ("ar", "draft", "adaptive", "disable")}}
+                   for s in (1, 64)]
+    engine_sweep.print_rows(engine_rows, ["ar", "draft", "adaptive", "disable"],
+                            "closed loop (γ = 4, T = 1, mixed, 128 tokens a request)")
+    text = screen.file.getvalue()
+    assert "1234.5" not in text and "1234" in text and "12346 (1.00×)" in text
+    assert "0:50% 1:10% 2:15% 4:25%" in text
+    assert "…" not in text and max(map(len, text.splitlines())) <= 80
+
+
 def test_the_mixed_workload_takes_each_kind_in_turn():
     kinds = [workload_prompts(w, 2) for w in ("facts", "repetitive", "code")]
     assert loadtest.prompts_for("mixed", 6) == [kinds[i % 3][i // 3] for i in range(6)]
@@ -108,6 +145,14 @@ def test_vllm_disable_is_serves_own_reading_of_vllms_config():
     flags = loadtest.serve_flags("vllm-disable", 4, 16)
     assert flags[0] == "--speculative-config"
     assert speculative_config(flags[1]) == {"method": "draft", "gamma": 4, "disable_at": 16}
+    # The same strategies with another drafter: vLLM's name for it in the config.
+    ngram = loadtest.serve_flags("vllm-disable", 4, 16, "ngram")
+    assert speculative_config(ngram[1]) == {"method": "ngram", "gamma": 4, "disable_at": 16}
+    assert loadtest.serve_flags("adaptive", 7, 16, "ngram") == \
+        ["--method", "ngram", "--gamma", "7", "--adaptive"]
+    assert loadtest.serve_flags("draft", 7, 16, "eagle") == ["--method", "eagle", "--gamma", "7"]
+    plan = loadtest.Plan(("ar",), ("facts",), (1,), 1, (), 8, 0.0, max_len=80)
+    assert plan.serve_flags("ar") == ["--method", "ar", "--max-model-len", "80"]
 
 
 @pytest.fixture(scope="module")
@@ -194,6 +239,10 @@ BAD = [
     (["--url", "http://127.0.0.1:1"], "No server answers"),
     (["--url", "http://127.0.0.1:1", "--strategies", "ar"], "one or the other"),
     (["--label", "mine"], "--label names"),
+    (["--method", "medusa"], "--method takes one of draft, ngram, eagle"),
+    (["--method", "eagle"], "with --method eagle choose --strategies ar,draft"),
+    (["--url", "http://127.0.0.1:1", "--method", "ngram"], "--method sets up the servers"),
+    (["--url", "http://127.0.0.1:1", "--max-model-len", "80"], "--max-model-len sets up"),
     (["--frobnicate"], "unrecognized"),
 ]
 

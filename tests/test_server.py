@@ -398,12 +398,14 @@ def free_port() -> int:
 
 def test_nanospec_serve_streams_and_drains_on_sigterm():
     """The real command on the shipped checkpoints, as a process: the same text streamed or
-    not, then SIGTERM while a stream is in flight — it ends normally and the process exits 0."""
+    not, then SIGTERM while a stream is in flight — it ends normally and the process exits 0.
+    With --max-model-len: /v1/models says it, and a prompt past it is a 400."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "nanospec.cli", "--checkpoints", str(SHIPPED), "serve",
          "--port", str(port), "--speculative-config",
-         '{"method": "draft_model", "num_speculative_tokens": 4}', "--slots", "2"],
+         '{"method": "draft_model", "num_speculative_tokens": 4}', "--slots", "2",
+         "--max-model-len", "200"],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE,
         text=True)
     try:
@@ -416,6 +418,10 @@ def test_nanospec_serve_streams_and_drains_on_sigterm():
             except httpx.TransportError:
                 return False
         eventually(up, "the server is up", limit=300)
+        assert httpx.get(url + "/v1/models").json()["data"][0]["max_model_len"] == 200
+        long = httpx.post(url + "/v1/completions", json={"model": "nanospec",
+                                                        "prompt": "Paris, " * 120})
+        assert long.status_code == 400 and "holds 200" in long.json()["error"]["message"]
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         ask = dict(model="nanospec", prompt="The capital of France is", max_tokens=24,
                    temperature=0)

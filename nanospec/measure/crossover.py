@@ -3,18 +3,21 @@
     python -m nanospec.measure.crossover [--json runs/crossover.json] [--slots 1,2,4,...,64]
                                          [--strategies ar,draft,adaptive,disable] [--gamma 4]
                                          [--disable-at 16] [--tokens 32] [--requests 2]
-                                         [--temperature 0] [--workload facts] [--repeats 2]
+                                         [--least 16] [--temperature 0] [--workload facts]
+                                         [--repeats 2] [--method draft|ngram] [--max-len N]
 
 For each concurrency S it keeps S requests in the engine (serving/engine.py) — closed loop:
-the moment one finishes, the next prompt takes its slot — until `--requests`·S have finished,
-and measures output tokens per second and the time per output token (TPOT) each request saw.
+the moment one finishes, the next prompt takes its slot — until `--requests`·S have finished
+(and at least `--least`, so that one slot's rate is not one or two requests' luck), and
+measures output tokens per second and the time per output token (TPOT) each request saw.
 The strategies run in turn, `--repeats` times at each S (the median counts), so each sees
 the machine as the others do; ratios are taken within that S.
 
-The strategies: `ar` (plain decoding), `draft` (the draft model at a fixed γ), `adaptive`
-(γ ∈ {0, 1, 2, γ} chosen every step by goodput, serving/adaptive.py, with the costs its
-engine probed) and `disable` (vLLM's disable_by_batch_size: γ below `--disable-at` running
-requests, plain decoding from there).
+The strategies: `ar` (plain decoding), `draft` (the draft model — or, with `--method ngram`,
+prompt lookup — at a fixed γ), `adaptive` (γ ∈ {0, the powers of two below γ, γ} chosen
+every step by goodput, serving/adaptive.py, with the costs its engine probed) and `disable`
+(vLLM's disable_by_batch_size: γ below `--disable-at` running requests, plain decoding from
+there). `--max-len` sizes every slot's cache for that many tokens instead of the context.
 
 Why it crosses over: a round costs one target pass over γ+1 tokens per slot instead of one,
 plus drafting. At small S the pass is latency-bound and the extra tokens are nearly free, so
@@ -37,7 +40,7 @@ from rich.console import Console
 from nanospec.decode import Bundle, make_loop
 from nanospec.fileio import atomic_write
 from nanospec.measure.workloads import workload_prompts
-from nanospec.serving.adaptive import DisableByBatchSize, Goodput
+from nanospec.serving.adaptive import DisableByBatchSize, Goodput, gammas_up_to
 from nanospec.serving.engine import Engine, Request
 from nanospec.teach import SHIPPED, table
 
@@ -61,15 +64,18 @@ def closed_loop(engine: Engine, requests: list[Request]) -> dict:
 
 
 def engine_for(bundle, strategy: str, gamma: int, slots: int, disable_at: int,
-               prompts: list[list[int]], temperature: float) -> Engine:
-    """A warm engine running `strategy` with `slots` slots (adaptive: its costs probed)."""
+               prompts: list[list[int]], temperature: float, method: str = "draft",
+               max_len: int | None = None) -> Engine:
+    """A warm engine running `strategy` with `slots` slots, drafting by `method` (draft or
+    ngram) unless the strategy is ar, with caches for `max_len` tokens a request (default
+    the whole context; adaptive: its costs probed)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}")
     _, _, params = bundle.models["target"]
-    loop, dparams = make_loop(bundle, "ar" if strategy == "ar" else "draft", gamma)
-    policy = {"adaptive": Goodput(gammas=tuple(sorted({0, 1, 2, gamma}))),
+    loop, dparams = make_loop(bundle, "ar" if strategy == "ar" else method, gamma)
+    policy = {"adaptive": Goodput(gammas=gammas_up_to(gamma)),
               "disable": DisableByBatchSize(gamma, disable_at)}.get(strategy)
-    engine = Engine(loop, params, dparams, slots, policy)
+    engine = Engine(loop, params, dparams, slots, policy, max_len=max_len)
     engine.warm([len(p) for p in prompts])
     if strategy == "adaptive":
         engine.probe(prompts[0], temperature=temperature)
@@ -92,21 +98,23 @@ def measure(engines: dict, requests: list[Request], repeats: int) -> dict:
                      "requests": len(requests),
                      "gamma_share": {str(g): n / sum(steps.values()) for g, n in steps.items()}
                      if engines[name].policy else None,
-                     "alpha": engines[name].acceptance.alpha}
+                     "alpha": engines[name].acceptance.alpha,
+                     "proposing": engines[name].acceptance.proposing}
     return row
 
 
 def sweep(bundle, strategies: list[str], slots: list[int], gamma: int, tokens: int,
           per_slot: int, temperature: float, workload: str = "facts", repeats: int = 2,
-          disable_at: int = 16, console: Console | None = None) -> list[dict]:
+          disable_at: int = 16, console: Console | None = None,
+          method: str = "draft", least: int = 16, max_len: int | None = None) -> list[dict]:
     """One row per concurrency S: every strategy's tokens/s and median TPOT, side by side."""
     prompts = [bundle.tok.encode_prompt(p) for p in workload_prompts(workload, 64)]
     rows = []
     for s in slots:
         requests = [Request(prompts[i % len(prompts)], tokens, temperature, seed=i)
-                    for i in range(per_slot * s)]
-        engines = {m: engine_for(bundle, m, gamma, s, disable_at, prompts, temperature)
-                   for m in strategies}
+                    for i in range(max(per_slot * s, least))]
+        engines = {m: engine_for(bundle, m, gamma, s, disable_at, prompts, temperature, method,
+                                 max_len) for m in strategies}
         rows.append({"slots": s, **measure(engines, requests, repeats)})
         if console is not None:
             console.print(f"S = {s}: " + ", ".join(
@@ -123,13 +131,18 @@ def gamma_mix(share: dict | None) -> str:
 
 
 def print_rows(rows: list[dict], strategies: list[str], title: str) -> None:
+    """Tokens/s (each over the first strategy's), then the γ each policy chose: two tables,
+    so that each fits an 80-column terminal."""
     base = strategies[0]
-    cols = ["slots"] + [f"{m} tok/s" for m in strategies] + [f"{m}/{base}" for m in strategies[1:]]
+    ratio = lambda r, m: "" if m == base else \
+        f" ({r[m]['tokens_per_s'] / r[base]['tokens_per_s']:.2f}×)"
+    table(f"{title}: output tokens/s (÷ {base})", ["slots"] + strategies,
+          [[r["slots"]] + [f"{r[m]['tokens_per_s']:.0f}{ratio(r, m)}" for m in strategies]
+           for r in rows])
     mixed = [m for m in strategies if rows[0][m]["gamma_share"] is not None]
-    table(title, cols + [f"{m} γ steps" for m in mixed],
-          [[r["slots"]] + [f"{r[m]['tokens_per_s']:.0f}" for m in strategies]
-           + [f"{r[m]['tokens_per_s'] / r[base]['tokens_per_s']:.2f}×" for m in strategies[1:]]
-           + [gamma_mix(r[m]["gamma_share"]) for m in mixed] for r in rows])
+    if mixed:
+        table("the steps each policy took at each γ", ["slots"] + mixed,
+              [[r["slots"]] + [gamma_mix(r[m]["gamma_share"]) for m in mixed] for r in rows])
 
 
 def main(argv=None) -> dict:
@@ -142,20 +155,26 @@ def main(argv=None) -> dict:
                     help="the disable strategy decodes plainly from this many running requests")
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--requests", type=int, default=2, help="requests per slot")
+    ap.add_argument("--least", type=int, default=16, help="requests at any slot count")
+    ap.add_argument("--max-len", type=int, default=None,
+                    help="tokens a request may hold: each slot's cache (default the context)")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--workload", default="facts")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--method", default="draft", choices=("draft", "ngram"),
+                    help="the drafter of draft, adaptive and disable")
     args = ap.parse_args(argv)
     console = Console()
     strategies = args.strategies.split(",")
     bundle = Bundle.load(SHIPPED, ("target", "draft"))
     rows = sweep(bundle, strategies, [int(s) for s in args.slots.split(",")], args.gamma,
                  args.tokens, args.requests, args.temperature, args.workload, args.repeats,
-                 args.disable_at, console)
-    print_rows(rows, strategies, f"output tokens/s against concurrency (γ = {args.gamma}, "
+                 args.disable_at, console, args.method, args.least, args.max_len)
+    print_rows(rows, strategies, f"closed loop ({args.method} drafts, γ = {args.gamma}, "
                f"T = {args.temperature:g}, {args.workload}, {args.tokens} tokens a request)")
     report = {"gamma": args.gamma, "tokens": args.tokens, "temperature": args.temperature,
               "requests_per_slot": args.requests, "workload": args.workload,
+              "method": args.method, "least": args.least, "max_len": args.max_len,
               "disable_at": args.disable_at, "repeats": args.repeats, "rows": rows}
     atomic_write(args.json, json.dumps(report, indent=1))
     console.print(f"written: {args.json}")

@@ -15,6 +15,8 @@ a compile. Stopping is SIGTERM, which drains (serving/launch.py), then a wait fo
 subtle: the child's stderr is read all the time by a thread (uvicorn logs a line for every
 request): a pipe nobody reads fills up after 64 KiB and the server would block writing to it.
 
+`Servers` keeps one such process per strategy for a load test's sweep.
+
 What this file deliberately leaves out: servers on other machines (load those with --url).
 """
 
@@ -30,6 +32,7 @@ from pathlib import Path
 import httpx
 
 from nanospec.errors import UserError
+from nanospec.measure.loadgen import scrape
 
 REPO = Path(__file__).resolve().parent.parent.parent
 SERVING = re.compile(r"nanospec: serving .* on (http://[^/\s]+)/v1")
@@ -110,3 +113,50 @@ def healthy(url: str) -> bool:
         return httpx.get(url + "/health", timeout=5).status_code == 200
     except httpx.TransportError:
         return False
+
+
+class Servers:
+    """The servers a load test's sweep loads (measure/loadtest.py): one per strategy, started
+    with `plan.serve_flags(strategy)` and replaced when a level needs another slot count — or,
+    with `plan.url`, the one running server. `progress`: a rich Progress, for a line while a
+    server starts."""
+
+    def __init__(self, plan, progress):
+        self.plan, self.progress, self.running = plan, progress, {}
+
+    def url(self, strategy: str, slots: int) -> str:
+        if self.plan.url:
+            return self.plan.url
+        server = self.running.get(strategy)
+        if server is not None and server.slots != slots:
+            server.stop()
+            server = None
+        if server is None:
+            task = self.progress.add_task(f"starting {strategy} ({slots} slots)", total=None,
+                                          rate="")
+            # Kept before it is ready, so that close() stops it even if the wait fails.
+            self.running[strategy] = server = Launched(self.plan.checkpoints,
+                                                       self.plan.serve_flags(strategy), slots)
+            server.wait_ready()
+            self.progress.remove_task(task)
+        return server.url
+
+    def close(self) -> None:
+        for server in self.running.values():
+            server.stop()
+        self.running = {}
+
+
+def served_model(url: str) -> str:
+    """The served model's name: the first of GET /v1/models."""
+    return httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
+
+
+def wait_idle(url: str, limit: float = 60.0) -> None:
+    """Until the server has no request running or waiting, so its counters are final."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        m = scrape(url)
+        if not m.get("vllm:num_requests_running") and not m.get("vllm:num_requests_waiting"):
+            return
+        time.sleep(0.05)

@@ -16,6 +16,9 @@ streaming, the scheduler's queue and the client's clock in every number. Each st
     vllm-disable   --speculative-config '{"method": "draft_model", "num_speculative_tokens": 4,
                                           "disable_by_batch_size": 16}'
 
+with the draft model as the drafter; `--method ngram` (prompt lookup) or `--method eagle`
+(fixed γ only) puts another in its place, under the same strategy names.
+
 Slots = the level's concurrency, one server per (level, strategy). Why not one server with 64
 slots for every level: this engine computes every slot every step (static shapes), so a
 64-slot server answering one client pays for 64 rows each step and would measure the 64-row
@@ -40,7 +43,6 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -48,12 +50,13 @@ from nanospec.cli_args import check_sampling, int_list
 from nanospec.errors import UserError
 from nanospec.fileio import atomic_write, check_output
 from nanospec.measure import loadtest_report as report
-from nanospec.measure.launched import Launched, healthy
+from nanospec.measure.launched import Servers, healthy, served_model, wait_idle
 from nanospec.measure.loadgen import (Ask, closed_loop, open_loop, scrape, server_figures,
                                       summarize)
 from nanospec.measure.workloads import WORKLOADS, workload_prompts
 
 STRATEGIES = ("ar", "draft", "adaptive", "vllm-disable")
+METHODS = {"draft": "draft_model", "ngram": "ngram", "eagle": "eagle"}  # ours -> vLLM's name
 PROMPTS = 64  # distinct prompts per workload; request i takes prompt i mod 64
 
 
@@ -73,15 +76,22 @@ class Plan:
     slots: int | None = None  # None: as many slots as the level's clients
     url: str | None = None  # load this running server instead of launching any
     checkpoints: str = ""
+    method: str = "draft"  # the speculative strategies' drafter
+    max_len: int | None = None  # serve --max-model-len (None: the model's context)
+
+    def serve_flags(self, strategy: str) -> list[str]:
+        """The `nanospec serve` flags of `strategy`'s servers in this sweep."""
+        cap = ["--max-model-len", str(self.max_len)] if self.max_len else []
+        return serve_flags(strategy, self.gamma, self.disable_at, self.method) + cap
 
 
-def serve_flags(strategy: str, gamma: int, disable_at: int) -> list[str]:
-    """The `nanospec serve` flags that run `strategy`."""
-    config = {"method": "draft_model", "num_speculative_tokens": gamma,
+def serve_flags(strategy: str, gamma: int, disable_at: int, method: str = "draft") -> list[str]:
+    """The `nanospec serve` flags that run `strategy`, drafting by `method`."""
+    config = {"method": METHODS[method], "num_speculative_tokens": gamma,
               "disable_by_batch_size": disable_at}
     return {"ar": ["--method", "ar"],
-            "draft": ["--method", "draft", "--gamma", str(gamma)],
-            "adaptive": ["--method", "draft", "--gamma", str(gamma), "--adaptive"],
+            "draft": ["--method", method, "--gamma", str(gamma)],
+            "adaptive": ["--method", method, "--gamma", str(gamma), "--adaptive"],
             "vllm-disable": ["--speculative-config", json.dumps(config)]}[strategy]
 
 
@@ -91,51 +101,6 @@ def prompts_for(workload: str, n: int = PROMPTS) -> list[str]:
         return workload_prompts(workload, n)
     kinds = [workload_prompts(w, n) for w in WORKLOADS]
     return [kinds[i % len(kinds)][i // len(kinds)] for i in range(n)]
-
-
-class Servers:
-    """The servers a sweep loads: one per strategy, replaced when a level needs another slot
-    count — or, with --url, the one running server under its label."""
-
-    def __init__(self, plan: Plan, progress: Progress):
-        self.plan, self.progress, self.running = plan, progress, {}
-
-    def url(self, strategy: str, slots: int) -> str:
-        if self.plan.url:
-            return self.plan.url
-        server = self.running.get(strategy)
-        if server is not None and server.slots != slots:
-            server.stop()
-            server = None
-        if server is None:
-            task = self.progress.add_task(f"starting {strategy} ({slots} slots)", total=None,
-                                          rate="")
-            # Kept before it is ready, so that close() stops it even if the wait fails.
-            self.running[strategy] = server = Launched(self.plan.checkpoints, serve_flags(
-                strategy, self.plan.gamma, self.plan.disable_at), slots)
-            server.wait_ready()
-            self.progress.remove_task(task)
-        return server.url
-
-    def close(self) -> None:
-        for server in self.running.values():
-            server.stop()
-        self.running = {}
-
-
-def served_model(url: str) -> str:
-    """The served model's name: the first of GET /v1/models."""
-    return httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
-
-
-def wait_idle(url: str, limit: float = 60.0) -> None:
-    """Until the server has no request running or waiting, so its counters are final."""
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        m = scrape(url)
-        if not m.get("vllm:num_requests_running") and not m.get("vllm:num_requests_waiting"):
-            return
-        time.sleep(0.05)
 
 
 def run_level(url: str, prompts: list[str], plan: Plan, level: dict, progress: Progress,
@@ -204,8 +169,8 @@ def sweep(plan: Plan, console: Console) -> dict:
 
 def print_report(plan: Plan, results: dict) -> None:
     for w, found in results.items():
-        title = (f"{w}, T = {plan.temperature:g}, {plan.max_tokens} tokens a request, "
-                 f"{plan.requests} requests a level")
+        title = (f"{w}, {plan.method} drafts, γ = {plan.gamma}, T = {plan.temperature:g}, "
+                 f"{plan.max_tokens} tokens a request, {plan.requests} requests a level")
         report.print_levels(title, found["levels"], list(plan.strategies))
         if found["rates"]:
             report.print_rates(title, found["rates"], list(plan.strategies))
@@ -218,6 +183,10 @@ def plan_from(args) -> Plan:
     if args.url and args.strategies:
         raise UserError("--url loads a server that is already running; --strategies launches "
                         "servers: give one or the other.")
+    for flag, value in (("--method", args.method), ("--max-model-len", args.max_model_len)):
+        if args.url and value:
+            raise UserError(f"{flag} sets up the servers the load test launches; --url loads "
+                            f"one that is running: give one or the other.")
     if args.label and not args.url:
         raise UserError("--label names the run of a --url server; launched servers are "
                         "labelled by their strategy.")
@@ -234,6 +203,12 @@ def plan_from(args) -> Plan:
     elif not strategies or not set(strategies) <= set(STRATEGIES):
         raise UserError(f"--strategies takes a comma-separated list of {', '.join(STRATEGIES)}, "
                         f"got {args.strategies!r}.")
+    method = args.method or "draft"
+    if method not in METHODS:
+        raise UserError(f"--method takes one of {', '.join(METHODS)}, got {method!r}.")
+    if method == "eagle" and {"adaptive", "vllm-disable"} & set(strategies):
+        raise UserError("adaptive and vllm-disable switch a chain drafter on and off (--method "
+                        "draft or ngram); with --method eagle choose --strategies ar,draft.")
     workloads = args.workloads.split(",")
     known = (*WORKLOADS, "mixed")
     if not set(workloads) <= set(known):
@@ -247,7 +222,8 @@ def plan_from(args) -> Plan:
     check_sampling(args.temperature, 0, 1.0)
     return Plan(tuple(strategies), tuple(workloads), tuple(concurrency), args.requests_per_level,
                 tuple(rates_from(args.rates)), args.max_tokens, args.temperature, args.gamma,
-                args.disable_at, args.slots, url if args.url else None, args.checkpoints)
+                args.disable_at, args.slots, url if args.url else None, args.checkpoints,
+                method, args.max_model_len)
 
 
 def rates_from(text: str | None) -> list[float]:

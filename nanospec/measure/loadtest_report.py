@@ -24,6 +24,7 @@ from nanospec.fileio import atomic_write
 from nanospec.teach import table
 
 TOLERANCE = 0.05  # adaptive should be within this fraction of the better fixed strategy
+LATENCY = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL (a chunk)", "e2e": "end to end"}
 
 
 def crossover(rows: list[dict], spec: str = "draft", base: str = "ar") -> int | None:
@@ -95,19 +96,22 @@ def print_details(title: str, rows: list[dict], strategies: list[str], name: str
     mb = lambda b: "–" if b is None else f"{b / 2**20:.0f}"
     q3 = ("p50", "p90", "p99")
     pairs = [(r, s) for r in rows for s in strategies]
-    table(f"{title}: latency (ms, p50/p90/p99)",
-          [name, "strategy", "done", "TTFT", "ITL (a chunk)", "TPOT", "e2e"],
-          [[r[key], s, f"{r[s]['completed']}/{r[s]['requests']}"]
-           + [ms(r[s][f"{m}_ms"], *q3) for m in ("ttft", "itl", "tpot", "e2e")]
-           for r, s in pairs])
+    # Two columns of percentiles a table, so that each fits an 80-column terminal uncut.
+    for pair in (("ttft", "tpot"), ("itl", "e2e")):
+        table(f"{title}: latency (ms, p50/p90/p99)",
+              [name, "strategy", "done"] + [LATENCY[m] for m in pair],
+              [[r[key], s, f"{r[s]['completed']}/{r[s]['requests']}"]
+               + [ms(r[s][f"{m}_ms"], *q3) for m in pair] for r, s in pairs])
     srv = lambda r, s, k, f: "–" if r[s]["server"][k] is None else f.format(r[s]["server"][k])
     table(f"{title}: the server's figures",
-          [name, "strategy", "req/s", "tokens a chunk", "accept rate", "accept length",
-           "RSS MiB", "KV MiB", "draft MiB"],
+          [name, "strategy", "req/s", "tokens a chunk", "accept rate", "accept length"],
           [[r[key], s, f"{r[s]['requests_per_s']:.2f}",
             "–" if r[s]["tokens_per_chunk"] is None else f"{r[s]['tokens_per_chunk']:.2f}",
             srv(r, s, "acceptance_rate", "{:.2f}"), srv(r, s, "mean_acceptance_length", "{:.2f}")]
-           + [mb(r[s]["server"][k]) for k in ("rss_bytes", "kv_cache_bytes", "draft_state_bytes")]
+           for r, s in pairs])
+    table(f"{title}: memory", [name, "strategy", "RSS MiB", "KV cache MiB", "draft state MiB"],
+          [[r[key], s] + [mb(r[s]["server"][k])
+                          for k in ("rss_bytes", "kv_cache_bytes", "draft_state_bytes")]
            for r, s in pairs])
 
 

@@ -18,7 +18,9 @@ Three policies, so that they can be compared side by side (measure/crossover.py)
 - `DisableByBatchSize(γ, n)`: vLLM's rule, γ until n requests run at once, then 0;
 - `Goodput(γs)`: SmartSpec's idea (Liu et al. 2024) with this project's cost model — the γ
   that maximises E[tokens](α̂, γ) / cost(γ), with cost(γ) the step time this engine measured
-  for itself (`Engine.probe`) and α̂ the acceptance its recent rounds measured (`Acceptance`).
+  for itself (`Engine.probe`, then its steps) plus the time its caller takes between steps,
+  and α̂ the acceptance its recent rounds measured (`Acceptance`; with a drafter that
+  sometimes finds nothing to draft, E counts those rounds as one token).
 
 Exactness does not depend on the choice: every round, whatever its γ, is the exact rejection-
 sampling round, and γ is chosen from the past only (never from this round's random numbers),
@@ -27,7 +29,7 @@ is the sample: at T > 0 the same seed gives different tokens under a different �
 
 A γ = 0 step (`plain_round`) is plain decoding on the speculator's own state: one target pass
 over one token, a token drawn from p. The draft model is not run, and its cache falls behind;
-it is rebuilt from the committed text in one pass when drafting resumes (engine.redraft:
+it is rebuilt from the committed text in one pass when drafting resumes (steps.redraft:
 measured, 1 to 2 decode steps' time, where feeding it every plain step costs 5% of each).
 
 What this file leaves out: per-request γ (every slot takes the step's γ), and tree shapes.
@@ -49,8 +51,8 @@ from nanospec.sampling import sample_rows, sampling_probs
 def plain_round(spec, params, dparams, state, sp, max_new):
     """γ = 0 on a speculator's state: one target pass over the last token, a token drawn from
     its p, committed as a round that drafted nothing. The draft model is not run, so its cache
-    falls behind; the engine rebuilds it (engine.redraft) before the next round that drafts.
-    Returns what engine.one_round returns: (state, drafts proposed, accepted), per row."""
+    falls behind; the engine rebuilds it (steps.redraft) before the next round that drafts.
+    Returns what steps.one_round returns: (state, drafts proposed, accepted), per row."""
     B = state.seq.shape[0]
     last = take_rows(state.seq, state.length - 1, 1)  # (B, 1)
     logits, _, cache = forward(spec.graphdef, params, last, (state.length - 1)[:, None],
@@ -61,6 +63,16 @@ def plain_round(spec, params, dparams, state, sp, max_new):
     none = jnp.zeros(B, jnp.int32)
     state, _ = spec.commit(state, cache, none, token[:, None], max_new)
     return state, none, none
+
+
+def gammas_up_to(gamma: int) -> tuple[int, ...]:
+    """The γs an adaptive engine may take with `gamma` at most: 0 (plain), the powers of two
+    below it, and γ itself — each one compiled step program, so a few, not all.
+
+    >>> gammas_up_to(4), gammas_up_to(12), gammas_up_to(1)
+    ((0, 1, 2, 4), (0, 1, 2, 4, 8, 12), (0, 1))
+    """
+    return tuple(sorted({0, gamma} | {2 ** i for i in range(gamma.bit_length()) if 2 ** i < gamma}))
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:
@@ -75,18 +87,29 @@ def expected_tokens(alpha: float, gamma: int) -> float:
 
 
 class Acceptance:
-    """α̂, the acceptance rate of recent rounds: accepted / (accepted + rejections), each count
-    decayed by `decay` per speculative step (about the last 1 / (1 − decay) steps).
+    """What recent rounds measured, each count decayed by `decay` per drafting step (about
+    the last 1 / (1 − decay) steps):
 
-    accepted / drafted would understate α: after a rejection the later drafts are thrown away
-    unjudged (DESIGN.md §6)."""
+    - α̂, the acceptance rate: accepted / (accepted + rejections). accepted / drafted would
+      understate α: after a rejection the later drafts are thrown away unjudged (DESIGN.md §6).
+    - π̂, the share of a slot's rounds that had drafts at all. The draft model always drafts
+      (π = 1); prompt lookup drafts all or nothing, nothing where the text has no match, and
+      such a round yields one token, not E(α̂, γ). α̂ is measured on the other rounds only, so
+      without π̂ a drafter that seldom finds a match would look as good as one that always does.
+    """
 
     def __init__(self, decay: float = 0.95):
         self.decay, self.accepted, self.rejected = decay, 0.0, 0.0
+        self.rounds, self.proposed = 0.0, 0.0
 
-    def add(self, outputs) -> None:
-        """Count one step's engine Outputs (those with drafts)."""
+    def add(self, outputs, drafting: bool = True) -> None:
+        """Count one step's engine Outputs: a drafting step's (γ > 0) rounds, with drafts or
+        without, and the drafts judged."""
+        if not drafting:
+            return
         judged = [o for o in outputs if o.drafted]
+        self.rounds = self.decay * self.rounds + sum(bool(o.tokens) for o in outputs)
+        self.proposed = self.decay * self.proposed + len(judged)
         if judged:
             self.accepted = self.decay * self.accepted + sum(o.accepted for o in judged)
             self.rejected = self.decay * self.rejected + sum(o.accepted < o.drafted
@@ -96,6 +119,23 @@ class Acceptance:
     def alpha(self) -> float | None:
         seen = self.accepted + self.rejected
         return None if seen < 1.0 else self.accepted / seen
+
+    @property
+    def proposing(self) -> float:
+        """π̂ (1 until a drafting round has been seen)."""
+        return 1.0 if self.rounds < 1.0 else min(self.proposed / self.rounds, 1.0)
+
+    def tokens(self, gamma: int) -> float | None:
+        """Tokens a slot's round at γ yields on average: 1 + π̂ · (E(α̂, γ) − 1); None before
+        any draft was judged.
+
+        >>> a = Acceptance(); a.accepted, a.rejected, a.rounds, a.proposed = 8, 2, 10, 5
+        >>> round(a.tokens(4), 3), round(expected_tokens(0.8, 4), 3)  # half the rounds drafted
+        (2.181, 3.362)
+        """
+        if self.alpha is None:
+            return None
+        return 1.0 + self.proposing * (expected_tokens(self.alpha, gamma) - 1.0)
 
 
 @dataclass
@@ -138,7 +178,8 @@ class DisableByBatchSize:
 class Goodput:
     """The γ with the most tokens per second by the cost model: argmax E(α̂, γ) / cost(γ).
 
-    `costs[γ]` (seconds per step) comes from `Engine.probe`, then from the steps. Before any
+    `costs[γ]` (seconds per step) comes from `Engine.probe`, then from the steps, and the
+    `overhead` between steps is added to every γ's (`between`). Before any
     round was judged, and once every `explore` plain steps (α̂ cannot change while nothing is
     drafted), it drafts with the largest γ to measure α̂ afresh. `margin`: a move between
     plain decoding and drafting must promise this much more goodput (each resume rebuilds the
@@ -147,36 +188,54 @@ class Goodput:
     gammas: tuple[int, ...] = (0, 1, 2, 4)
     explore: int = 128
     margin: float = 0.03
-    window: int = 15  # steps whose median is a γ's cost
+    window: int = 15  # recent steps that set a γ's cost
     costs: dict | None = None
     seen: dict = field(default_factory=dict)  # γ -> its last step times
     plain_steps: int = 0  # plain steps in a row so far
     last: int | None = None
+    overhead: float = 0.0  # seconds between steps: the caller's work, paid once a step
+    gaps: deque = field(default_factory=lambda: deque(maxlen=63))
+
+    def between(self, seconds: float) -> None:
+        """The engine's caller took `seconds` between two steps (a server hands out each
+        step's tokens, detokenizes, streams): a cost per step whatever its γ, so a round that
+        emits more tokens spreads it thinner. `overhead` is the median of recent gaps (a
+        median: a gap in which requests were admitted is not a step's usual cost)."""
+        self.gaps.append(seconds)
+        self.overhead = float(np.median(self.gaps))
 
     def observe(self, gamma: int, seconds: float) -> None:
-        """A step at γ took `seconds`: costs[γ] becomes the median of its last `window` steps
-        (the probe's estimate counts as the first). The temperature and the prompts move a
-        step's cost; a median, not a mean, so that one slow step (a shared machine) cannot
-        make a γ look dear for good — a γ not chosen is never measured again until it is."""
+        """A step at γ took `seconds`: costs[γ] becomes the mean of its last `window` steps
+        (the probe's estimate counts as the first) without the fastest and the slowest.
+
+        The temperature and the prompts move a step's cost. Not a median: a step costs one of
+        two things — the (γ+1)-token pass, or a one-token pass when no slot had drafts (prompt
+        lookup that found no match, speculative.py) — and E counts both kinds of round, so
+        the cost must average them too; a median would take whichever kind is the majority.
+        Trimmed, so that one slow step (a shared machine) cannot make a γ look dear for good
+        — a γ not chosen is not measured again until it is."""
         if self.costs is None:
             return
         seen = self.seen.setdefault(gamma, deque([self.costs[gamma]], maxlen=self.window))
         seen.append(seconds)
-        self.costs[gamma] = float(np.median(seen))
+        kept = sorted(seen)[1:-1] if len(seen) > 2 else list(seen)
+        self.costs[gamma] = float(np.mean(kept))
 
-    def goodput(self, gamma: int, alpha: float) -> float:
-        return expected_tokens(alpha, gamma) / self.costs[gamma]
+    def goodput(self, gamma: int, acceptance: Acceptance) -> float:
+        """Tokens a second a step at γ promises per slot: acceptance.tokens(γ) over the
+        step's cost, cost(γ) + the overhead between steps."""
+        return acceptance.tokens(gamma) / (self.costs[gamma] + self.overhead)
 
     def choose(self, live: int, acceptance: Acceptance) -> int:
         if self.costs is None:
             raise UserError("The goodput policy needs the step costs; run engine.probe first.")
-        alpha = acceptance.alpha
-        if alpha is None or self.plain_steps >= self.explore:
+        if acceptance.alpha is None or self.plain_steps >= self.explore:
             best = max(self.gammas)
         else:
-            best = max(self.gammas, key=lambda g: self.goodput(g, alpha))
+            rate = lambda g: self.goodput(g, acceptance)
+            best = max(self.gammas, key=rate)
             if self.last is not None and (best == 0) != (self.last == 0):
-                if self.goodput(best, alpha) < (1 + self.margin) * self.goodput(self.last, alpha):
+                if rate(best) < (1 + self.margin) * rate(self.last):
                     best = self.last  # not worth a switch
         self.plain_steps = self.plain_steps + 1 if best == 0 else 0
         self.last = best

@@ -28,29 +28,31 @@ With a `policy` (serving/adaptive.py) each step's γ is chosen anew — 0 is a p
 the draft cache is rebuilt when drafting resumes (`redraft`); with a `mesh` (serving/mesh.py)
 the slots and the target's weights are spread over devices.
 
+`max_len` (vLLM's --max-model-len) sizes every slot's cache for that many tokens, prompt and
+completion, instead of the whole context: a step reads every slot's cache, so at many slots
+a smaller cache is a cheaper step (docs/results.md, "Speculation under load").
+
 What this file leaves out: stop strings and streaming (the server's work), a waiting queue
-(insert when `free_slots` says there is room), caches sized to each request (every slot holds
-the whole context; vLLM's paged attention is the real fix), and computing only busy slots.
+(insert when `free_slots` says there is room), caches sized to each request (vLLM's paged
+attention), and computing only busy slots.
 """
 
 import time
-from dataclasses import dataclass, replace
-from functools import partial
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nanospec.cache import capacity as cache_capacity
+from nanospec.cli_args import check_sampling
+from nanospec.drafters import DraftModel
 from nanospec.errors import UserError
 from nanospec.generate import bucket, pad_prompts
-from nanospec.cli_args import check_sampling
-from nanospec.drafters import DraftModel, PromptLookup
 from nanospec.sampling import SamplingParams
-from nanospec.serving.adaptive import Acceptance, plain_round
+from nanospec.serving.adaptive import Acceptance
 from nanospec.serving.mesh import check_slots, place
-from nanospec.speculative import Speculator
+from nanospec.serving.steps import put_row, redraft, round_at, step_loops
 
 
 class Request(NamedTuple):
@@ -81,76 +83,25 @@ class _Slot:
     sent: int  # generated tokens already handed out
 
 
-def put_row(rows, one, at):
-    """Every leaf of a batch state `rows` with row `at` replaced by the batch-1 state `one`.
-
-    A leaf's batch axis is the axis where the two shapes differ (a cache may keep its layers
-    first); a scalar of `one` (its key, its round counter) is that row's entry of a per-row
-    vector; with one slot the shapes agree and the whole leaf is replaced."""
-    def leaf(all_, x):
-        x = x.reshape((1,) * (all_.ndim - x.ndim) + x.shape)
-        axis = next((i for i, (a, b) in enumerate(zip(all_.shape, x.shape)) if a != b), None)
-        if axis is None:
-            return x
-        return jax.lax.dynamic_update_slice_in_dim(all_, x, at, axis)
-    return jax.tree.map(leaf, rows, one)
-
-
-def one_round(spec, p, dp, state, sp, max_new):
-    """A round of `spec` over every row -> (state, drafts proposed, drafts accepted), per row."""
-    state, trace = spec.step(p, dp, state, sp, max_new)
-    live, drafted, accepted, *_ = spec.counts(trace)
-    return state, jnp.where(live, drafted, 0), jnp.where(live, accepted, 0)
-
-
-def slots_for(n_ctx: int, block: int) -> int:
-    """Cache slots for a row that may hold the whole context: cache.capacity, rounded up to a
-    multiple of 16. subtle: measured at 32 slots, a step over 260 slots (256 + a γ = 4 block's
-    slack) cost 25-30% more than over 256 or 272 — XLA's CPU kernels like round sizes."""
-    return -(-cache_capacity(n_ctx, n_ctx, 0, block) // 16) * 16
-
-
-def step_loops(loop, policy) -> dict:
-    """{γ: the loop a step at γ runs}: the loop itself without a policy (key None); with one,
-    the chain speculator at each γ it may choose (γ = 0: the largest, which plain_round runs
-    without drafts), all with one cache capacity so that they share one state."""
-    n_ctx = loop.cfg.n_ctx
-    if policy is None:
-        return {None: replace(loop, shared=False, capacity=slots_for(n_ctx, loop.block))}
-    if type(loop) is not Speculator or not isinstance(loop.drafter, (DraftModel, PromptLookup)):
-        raise UserError("Adaptive speculation needs chain drafting by the draft model or "
-                        "prompt lookup (--method draft or ngram).")
-    top = max(policy.gammas)
-    return {g: replace(loop, shared=False, capacity=slots_for(n_ctx, top + 1), gamma=g or top)
-            for g in sorted(set(policy.gammas) | {top})}
-
-
-def round_at(gamma, spec):
-    """The function a step at `gamma` runs: a round of `spec`, or (γ = 0) a plain one."""
-    return partial(plain_round if gamma == 0 else one_round, spec)
-
-
-def redraft(spec, dparams, state):
-    """The draft model's cache rebuilt from every row's committed text, in one pass: how
-    drafting resumes after plain steps (`adaptive.plain_round`), which left it behind."""
-    n_ctx = spec.cfg.n_ctx
-    return state._replace(dstate=spec.drafter.init(dparams, state.seq[:, :n_ctx], state.length,
-                                                   None, spec.slots))
-
-
 class Engine:
     """`slots` decode slots over one loop (`rounds.Loop`: generate.Decoder, a Speculator, ...);
     with a `policy` (serving/adaptive.py), each step's γ is chosen anew; with a `mesh`
-    (serving/mesh.py), the engine is spread over its devices."""
+    (serving/mesh.py), the engine is spread over its devices; `max_len` tokens a request."""
 
-    def __init__(self, loop, params, dparams, slots: int, policy=None, mesh=None):
+    def __init__(self, loop, params, dparams, slots: int, policy=None, mesh=None,
+                 max_len: int | None = None):
         if slots < 1:
             raise UserError(f"The engine needs at least one slot, got {slots}.")
+        self.max_len = max_len or loop.cfg.n_ctx
+        if not 2 <= self.max_len <= loop.cfg.n_ctx:
+            raise UserError(f"The longest request must be 2 to {loop.cfg.n_ctx} tokens (the "
+                            f"model's context), got {max_len}.")
         if mesh is not None:
             check_slots(slots, mesh)
-        self.loops = step_loops(loop, policy)
+        self.loops = step_loops(loop, policy, self.max_len)
         self.loop = self.loops[max(self.loops, key=lambda g: g or 0)]  # prefills, checks
         self.policy, self.acceptance, self.paused = policy, Acceptance(), False
+        self._ended = None  # when the last step returned, while requests were running
         self.steps_at: dict = {}  # γ -> steps taken at it
         self.params, self.dparams, self.n_slots = params, dparams, slots
         self.slots: list[_Slot | None] = [None] * slots
@@ -167,7 +118,7 @@ class Engine:
         self._redraft = jax.jit(lambda dp, state: redraft(spec, dp, state), donate_argnums=1)
         # Every row starts finished (any prompt will do), so the loop skips it; each gets its
         # own key and round counter (replaced by the request's own on insert).
-        tokens, lengths = pad_prompts([[0]] * slots, cfg.n_ctx)
+        tokens, lengths = pad_prompts([[0]] * slots, self.max_len)
         empty = self._prefill(params, dparams, tokens, lengths, jax.random.key(0))
         self.state = empty._replace(done=jnp.ones_like(empty.done),
                                     step=jnp.zeros(slots, jnp.int32),
@@ -199,14 +150,19 @@ class Engine:
         if request.max_new < 1:
             raise UserError(f"max_new must be at least 1, got {request.max_new}.")
         self.loop.check([len(request.prompt)], request.max_new)
-        tokens, lengths = pad_prompts([request.prompt], self.loop.cfg.n_ctx)
+        if len(request.prompt) >= self.max_len:
+            raise UserError(f"The prompt is {len(request.prompt)} tokens long but this engine's "
+                            f"context holds {self.max_len}, leaving no room to generate; "
+                            f"shorten it.")
+        tokens, lengths = pad_prompts([request.prompt], self.max_len)
+        max_new = min(request.max_new, self.max_len - len(request.prompt))  # the cache's end
         one = self._prefill(self.params, self.dparams, tokens, lengths,
                             jax.random.key(request.seed))
         at = self.slots.index(None)
         self.state = self._insert(self.state, one, at)
         sp = SamplingParams.make(request.temperature, request.top_k, request.top_p)
         self.sp = self._insert(self.sp, sp, at)
-        self.max_new = self._insert(self.max_new, jnp.int32(request.max_new), at)
+        self.max_new = self._insert(self.max_new, jnp.int32(max_new), at)
         self.slots[at] = _Slot(request, len(request.prompt), 0)
         return at
 
@@ -216,7 +172,7 @@ class Engine:
         a compile. Only while idle: the steps it runs advance no request."""
         if self.busy:
             raise UserError("Warm the engine before requests arrive; it is serving now.")
-        n_ctx = self.loop.cfg.n_ctx
+        n_ctx = self.max_len
         for width in sorted({bucket(n, n_ctx) for n in prompt_lengths if 0 < n < n_ctx}):
             tokens, lengths = pad_prompts([[0] * min(width, n_ctx - 1)], n_ctx)
             self._prefill(self.params, self.dparams, tokens, lengths, jax.random.key(0))
@@ -234,21 +190,22 @@ class Engine:
         date; only while idle."""
         if self.busy:
             raise UserError("Probe the engine before requests arrive; it is serving now.")
-        room = self.loop.cfg.n_ctx - len(prompt) - 1
-        for seed in range(self.n_slots):
-            self.insert(Request(prompt, room, temperature, seed=seed))
         costs = {}
         for gamma in self.loops:
-            self.step(gamma)  # compiles, and (after plain steps) rebuilds the draft cache
             times = []
-            for _ in range(steps):
-                start = time.perf_counter()
+            for i in range(steps + 1):  # the first compiles (and rebuilds the draft cache)
+                # A slot whose request ended is refilled before each step: a large γ, after
+                # the smaller ones used up the room, would otherwise be timed on finished rows.
+                for seed in range(self.free_slots):
+                    self.insert(Request(prompt, self.max_len, temperature, seed=seed))
+                jax.block_until_ready(self.state)  # the prefills are not the step's cost
+                self._ended, start = None, time.perf_counter()  # nor the caller's gap
                 self.step(gamma)
                 times.append(time.perf_counter() - start)
-            costs[gamma] = float(np.median(times))
+            costs[gamma] = float(np.median(times[1:]))
         for slot in range(self.n_slots):
             self.cancel(slot)
-        self.acceptance, self.steps_at = Acceptance(), {}
+        self.acceptance, self.steps_at, self._ended = Acceptance(), {}, None
         if self.policy is not None:
             self.policy.costs = dict(costs)
         return costs
@@ -269,6 +226,9 @@ class Engine:
     def step(self, gamma=None) -> list[Output]:
         """One round (or decode step) for every live slot, at `gamma` if given (one of the
         policy's), else at the γ the policy chooses; frees the slots that finished."""
+        called = time.perf_counter()
+        if self._ended is not None and hasattr(self.policy, "between"):
+            self.policy.between(called - self._ended)  # the caller's own work between steps
         gamma = self.choose_gamma() if gamma is None else gamma
         if gamma and self.paused and isinstance(self.loop.drafter, DraftModel):
             self.state = jax.block_until_ready(self._redraft(self.dparams, self.state))
@@ -293,5 +253,6 @@ class Engine:
             slot.sent = n
             if done[i]:
                 self.slots[i] = None
-        self.acceptance.add(out)
+        self.acceptance.add(out, drafting=gamma != 0)
+        self._ended = time.perf_counter() if self.busy else None  # idle time is no one's cost
         return out

@@ -2,7 +2,7 @@
 
     nanospec serve [--host 127.0.0.1] [--port 8000] [--method ar|draft|ngram|medusa|eagle|mtp|ssd]
                    [--gamma K] [--adaptive] [--speculative-config JSON] [--slots 8]
-                   [--max-queue 64] [--served-model-name nanospec]
+                   [--max-model-len N] [--max-queue 64] [--served-model-name nanospec]
 
 --speculative-config takes vLLM's form, so a vLLM command line carries over:
 
@@ -15,8 +15,9 @@
 
 The order matters for the user: everything that can be wrong with the flags, and the port,
 is checked before the models load, so a mistake is one sentence within a second. Then the
-engine compiles (a warm-up request), and only then does the server listen — so /health
-answering means the first client will not wait for a compile.
+engine compiles every prefill bucket and every step (`warm_up`; an adaptive engine then
+probes each γ's cost), and only then does the server listen — so /health answering means
+the first client will not wait for a compile.
 
 What this file deliberately leaves out: the HTTP app (server.py), and the engine (engine.py).
 """
@@ -86,13 +87,13 @@ def speculation(args) -> dict:
 
 def build_engine(bundle, method: str, gamma: int, slots: int, max_ngram: int | None = None,
                  min_ngram: int | None = None, adaptive: bool = False,
-                 disable_at: int | None = None) -> Engine:
+                 disable_at: int | None = None, max_len: int | None = None) -> Engine:
     """The engine that serves `method` with γ drafts a round in `slots` slots (n-gram sizes:
     prompt lookup only), its γ chosen every step by goodput (`adaptive`, up to γ) or switched
-    off from `disable_at` running requests (vLLM's disable_by_batch_size). The one place a
-    server's engine is made."""
+    off from `disable_at` running requests (vLLM's disable_by_batch_size), with caches for
+    `max_len` tokens a request. The one place a server's engine is made."""
     from nanospec.decode import make_loop
-    from nanospec.serving.adaptive import DisableByBatchSize, Goodput
+    from nanospec.serving.adaptive import DisableByBatchSize, Goodput, gammas_up_to
     loop, dparams = make_loop(bundle, method, gamma)
     if method == "ngram":
         sizes = {k: v for k, v in (("max_ngram", max_ngram), ("min_ngram", min_ngram)) if v}
@@ -103,16 +104,16 @@ def build_engine(bundle, method: str, gamma: int, slots: int, max_ngram: int | N
     loop.check([2], 1)  # γ in range for this drafter, before anything compiles
     policy = None
     if adaptive:
-        policy = Goodput(gammas=tuple(sorted({0, 1, min(2, gamma), gamma})))
+        policy = Goodput(gammas=gammas_up_to(gamma))
     elif disable_at:
         policy = DisableByBatchSize(gamma, disable_at)
-    return Engine(loop, bundle.models["target"][2], dparams, slots, policy)
+    return Engine(loop, bundle.models["target"][2], dparams, slots, policy, max_len=max_len)
 
 
 def warm_up(engine: Engine) -> None:
     """Compile every prefill bucket and every step before listening (the first client should
     not wait), and with an adaptive policy measure what each γ's step costs."""
-    engine.warm(range(1, engine.loop.cfg.n_ctx))
+    engine.warm(range(1, engine.max_len))
     if getattr(engine.policy, "costs", 0) is None:
         engine.probe([0, 0])
 
@@ -154,7 +155,7 @@ def cmd_serve(args) -> None:
     spec = speculation(args)
     sock = listen(args.host, args.port)
     bundle = Bundle.load(args.checkpoints, needs(spec["method"]))
-    engine = build_engine(bundle, slots=args.slots, **spec)
+    engine = build_engine(bundle, slots=args.slots, max_len=args.max_model_len, **spec)
     warm_up(engine)
     app = build_app(engine, bundle.tok, args.served_model_name, args.max_queue)
     server = draining(uvicorn.Server, app.state.service.scheduler)(

@@ -57,7 +57,7 @@ class Service:
 
     name: str
     tok: object
-    n_ctx: int  # the model's context: prompt and completion together
+    n_ctx: int  # tokens a request may hold, prompt and completion (engine.max_len)
     scheduler: Scheduler
     metrics: ServerMetrics
     created: int  # when the server started (GET /v1/models)
@@ -70,8 +70,8 @@ class Service:
         except UserError as e:
             raise ApiError(400, str(e), "prompt") from None
         if len(ids) >= self.n_ctx:
-            raise ApiError(400, f"The prompt is {len(ids)} tokens long but the model's context "
-                                f"holds {self.n_ctx}, leaving no room to generate; shorten it.",
+            raise ApiError(400, f"The prompt is {len(ids)} tokens long but a request here holds "
+                                f"{self.n_ctx}, leaving no room to generate; shorten it.",
                            "prompt", "context_length_exceeded")
         seed = secrets.randbelow(INT32_MAX + 1) if body.seed is None else body.seed
         # subtle: the context bounds any completion, so a huge max_tokens is the context's end.
@@ -204,7 +204,7 @@ def build_app(engine: Engine, tokenizer, served_name: str = "nanospec",
         await asyncio.to_thread(scheduler.stop)
 
     app = FastAPI(title="nanospec", lifespan=lifespan)
-    app.state.service = Service(served_name, tokenizer, engine.loop.cfg.n_ctx, scheduler,
+    app.state.service = Service(served_name, tokenizer, engine.max_len, scheduler,
                                 meters, int(time.time()))
     app.add_api_route("/v1/completions", create_completion, methods=["POST"])
     app.add_api_route("/v1/models", list_models, methods=["GET"])

@@ -7,7 +7,7 @@ expected count < 5 pooled). The rows here are the serving engine's: each has its
 round counter and sampling settings (sampling.row_keys, sampling.sampling_probs per row), and
 they all take the step's γ from a fixed schedule that mixes γ = 3, 2, 1 and plain steps
 (γ = 0, `plain_round`), two plain steps in a row included, so the draft model resumes from a
-cache rebuilt by `engine.redraft`.
+cache rebuilt by `steps.redraft`.
 
 Law tests: N = 20,000 per cell, threshold p-value > 1e-4, false-failure probability 1e-4 per
 test (2 cells; fixed seeds keep CI deterministic): T = 1, and T = 0.7 with top-k 3 and top-p
@@ -30,7 +30,7 @@ from nanospec.rounds import generated
 from nanospec.sampling import SamplingParams
 from nanospec.serving import adaptive
 from nanospec.serving.adaptive import Goodput
-from nanospec.serving.engine import redraft, round_at, step_loops
+from nanospec.serving.steps import redraft, round_at, step_loops
 from nanospec.speculative import Speculator
 from tests.statistical.laws import PROMPT, chi_square_pvalue, encode, exact_law, tiny_pair
 
