@@ -83,8 +83,7 @@ claim(alone == crowd, f"the request wrote the same {len(alone)} tokens alone and
 
 # %%
 def probed(engines, rounds, steps=4):
-    """Probe every engine `rounds` times, round-robin: {name: {γ: fastest seconds a step}}
-    (each probe: the median of `steps` steps at each γ)."""
+    """{name: {γ: fastest seconds a step}} of `rounds` round-robin probes of `steps` steps."""
     seen = {name: [] for name in engines}
     for _ in range(rounds):
         for name, e in engines.items():
@@ -164,11 +163,10 @@ claim(all(star[s] < alpha for s in SLOTS), f"on this CPU α̂ = {alpha:.2f} is a
 # a (γ+1)-token pass costs hardly more than a 1-token one and the round costs little more
 # than its drafting. With many rows the pass becomes compute-bound, a (γ+1)-token pass costs
 # up to γ+1 one-token passes, the ratio climbs towards γ+1 = 5, and α* towards 1, where no
-# draft model is good enough. This small model on this 2-core CPU stays far below 5 at 16
-# slots — most likely because what a step costs whatever its width (reading the weights and
-# every row's cache, dispatch, the host's bookkeeping) is still a large share of it. Which of
-# the two loads shows the larger ratio changes from run to run here: read the ratios above,
-# not a rule.
+# draft model is good enough. This small CPU model stays far below 5 at 16 slots — most likely
+# because what a step costs whatever its width (the weights, every row's cache, dispatch, the
+# host's bookkeeping) is still a large share of it. Which load shows the larger ratio changes
+# from run to run here: read the ratios above, not a rule.
 #
 # ## 4. The cost model decides
 #
@@ -284,11 +282,10 @@ claim(cut[GAMMA] / cut[0] > whole[GAMMA] / whole[0], f"and a γ = {GAMMA} round 
 # shrinks, more of the step is arithmetic on the tokens themselves, and the extra tokens of a
 # round cost more. The probes are 8 steps long here, not 4 as in chapter 3: at 16 slots the
 # difference is small enough that shorter probes do not always show it. The full sweep
-# (docs/results.md, "Speculation under load") shows where that leads on this machine: with
-# caches for 80 tokens plain decoding's throughput at 64 slots roughly triples, and
-# speculation's edge there falls from about 1.5× to about 1.05×. The reverse holds too: with
-# long contexts, the cache is most of a step, and speculation pays even at large batches (Chen
-# et al. 2024, MagicDec).
+# (docs/results.md, "Speculation under load"): with caches for 80 tokens, plain decoding's
+# tokens/s at 64 slots roughly triples and speculation's edge falls from ~1.5× to ~1.05×.
+# Conversely, with long contexts the cache is most of a step, and speculation pays even at
+# large batches (Chen et al. 2024, MagicDec).
 #
 # ## What to take away
 #
