@@ -6,6 +6,7 @@ after, both printed as one sentence with exit code 2.
 """
 
 import argparse
+import math
 
 from nanospec.errors import UserError
 
@@ -37,8 +38,11 @@ def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
     """The one place sampling settings are validated (CLI, demo and benchmarks share it)."""
     if not temperature >= 0:  # also rejects NaN
         raise UserError(f"--temperature must be 0 (greedy) or positive, got {temperature}.")
-    if top_k < 0:
-        raise UserError(f"--top-k must be 0 (off) or positive, got {top_k}.")
+    if temperature == math.inf:
+        raise UserError(f"--temperature must be a finite number, got {temperature}.")
+    if not 0 <= top_k <= INT32_MAX:  # JAX holds it as an int32
+        raise UserError(f"--top-k must be 0 (off) or a whole number up to {INT32_MAX}, got "
+                        f"{top_k}.")
     if not 0 < top_p <= 1:
         raise UserError(f"--top-p must be in (0, 1], got {top_p}.")
 

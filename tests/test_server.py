@@ -245,6 +245,15 @@ BAD = [  # (what is wrong, body: a dict or raw text, status, param)
     ("n 2", {**GOOD, "n": 2}, 400, "n"),
     ("echo", {**GOOD, "echo": True}, 400, "echo"),
     ("negative seed", {**GOOD, "seed": -1}, 400, "seed"),
+    # Past int32, which JAX holds them in: top_k's once crashed the engine for good.
+    ("top_k past int32", {**GOOD, "top_k": 2**31}, 400, "top_k"),
+    ("seed past int32", {**GOOD, "seed": 2**31}, 400, "seed"),
+    ("max_tokens past int32", {**GOOD, "max_tokens": 2**31}, 400, "max_tokens"),
+    ("infinite temperature", '{"model": "nanospec", "prompt": "a", "temperature": Infinity}',
+     400, "temperature"),
+    ("temperature 1e308", {**GOOD, "temperature": 1e308}, 400, "temperature"),
+    ("temperature 100", {**GOOD, "temperature": 100}, 400, "temperature"),
+    ("NaN top_p", '{"model": "nanospec", "prompt": "a", "top_p": NaN}', 400, "top_p"),
     ("empty stop string", {**GOOD, "stop": ""}, 400, "stop"),
     ("unknown model", {**GOOD, "model": "gpt-4o"}, 404, "model"),
 ]
@@ -396,28 +405,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serve_process(python_args: list[str], *flags: str) -> tuple[subprocess.Popen, str]:
+    """`nanospec serve FLAGS` on the shipped checkpoints as its own process (started by
+    `python PYTHON_ARGS`), and its URL, once /health answers 200."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, *python_args, "--checkpoints", str(SHIPPED), "serve", "--port",
+         str(port), *flags], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+        stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def up():
+        assert proc.poll() is None, proc.stderr.read()
+        try:
+            return httpx.get(url + "/health").status_code == 200
+        except httpx.TransportError:
+            return False
+    try:
+        eventually(up, "the server is up", limit=300)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, url
+
+
 def test_nanospec_serve_streams_and_drains_on_sigterm():
     """The real command on the shipped checkpoints, as a process: the same text streamed or
     not, then SIGTERM while a stream is in flight — it ends normally and the process exits 0.
     With --max-model-len: /v1/models says it, and a prompt past it is a 400."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nanospec.cli", "--checkpoints", str(SHIPPED), "serve",
-         "--port", str(port), "--speculative-config",
-         '{"method": "draft_model", "num_speculative_tokens": 4}', "--slots", "2",
-         "--max-model-len", "200"],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE,
-        text=True)
+    proc, url = serve_process(["-m", "nanospec.cli"], "--speculative-config",
+                              '{"method": "draft_model", "num_speculative_tokens": 4}',
+                              "--slots", "2", "--max-model-len", "200")
     try:
-        url = f"http://127.0.0.1:{port}"
-
-        def up():
-            assert proc.poll() is None, proc.stderr.read()
-            try:
-                return httpx.get(url + "/health").status_code == 200
-            except httpx.TransportError:
-                return False
-        eventually(up, "the server is up", limit=300)
         assert httpx.get(url + "/v1/models").json()["data"][0]["max_model_len"] == 200
         long = httpx.post(url + "/v1/completions", json={"model": "nanospec",
                                                         "prompt": "Paris, " * 120})

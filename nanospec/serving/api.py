@@ -11,7 +11,7 @@ the values that ask for nothing (the official client may send them: "n": 1, "ech
 "logprobs": null, "presence_penalty": 0, ...); any other value is a 400 that names the field,
 and so is a field OpenAI does not have. Every error has OpenAI's shape:
 
-    {"error": {"message": "temperature must be 0 (greedy) or positive, got -1.0.",
+    {"error": {"message": "temperature must be between 0 and 2, got -1.0.",
                "type": "invalid_request_error", "param": "temperature", "code": null}}
 
 What this file deliberately leaves out: chat completions, logprobs, echo, n > 1, penalties.
@@ -79,6 +79,12 @@ NOTHING_ASKED = {"n": (None, 1), "best_of": (None, 1), "echo": (None, False),
                  "frequency_penalty": (None, 0), "logit_bias": (None, {})}
 
 
+# field -> the closed range of its values (JAX holds the integers as int32; OpenAI's range for
+# temperature). top_p's range, (0, 1], is checked with the sampling settings below.
+RANGES = {"max_tokens": (1, INT32_MAX), "seed": (0, INT32_MAX), "top_k": (-1, INT32_MAX),
+          "temperature": (0, 2)}
+
+
 def check_body(body: CompletionBody, served: str) -> None:
     """Raise ApiError (one sentence, the field named) for anything nanospec cannot serve."""
     if body.model != served:
@@ -91,11 +97,10 @@ def check_body(body: CompletionBody, served: str) -> None:
     if isinstance(body.prompt, list) and len(body.prompt) != 1:
         raise ApiError(400, f"prompt must be one string (or a list of one), got a list of "
                             f"{len(body.prompt)}.", "prompt")
-    if body.max_tokens is not None and body.max_tokens < 1:
-        raise ApiError(400, f"max_tokens must be at least 1, got {body.max_tokens}.",
-                       "max_tokens")
-    if body.seed is not None and not 0 <= body.seed <= INT32_MAX:
-        raise ApiError(400, f"seed must be between 0 and {INT32_MAX}, got {body.seed}.", "seed")
+    for field, (lo, hi) in RANGES.items():
+        value = getattr(body, field)
+        if value is not None and not lo <= value <= hi:  # NaN fails this too
+            raise ApiError(400, f"{field} must be between {lo} and {hi}, got {value}.", field)
     if any(s == "" for s in stops(body)):
         raise ApiError(400, "A stop string is empty; every stop string needs a character.",
                        "stop")

@@ -100,12 +100,13 @@ class Engine:
             check_slots(slots, mesh)
         self.loops = step_loops(loop, policy, self.max_len)
         self.loop = self.loops[max(self.loops, key=lambda g: g or 0)]  # prefills, checks
-        self.policy, self.acceptance, self.paused = policy, Acceptance(), False
+        self.policy, self.acceptance = policy, Acceptance()
+        self.paused = False  # the last step was a plain one (γ = 0): redraft before drafting
         self._ended = None  # when the last step returned, while requests were running
         self.steps_at: dict = {}  # γ -> steps taken at it
         self.params, self.dparams, self.n_slots = params, dparams, slots
-        self.slots: list[_Slot | None] = [None] * slots
-        spec, cfg = self.loop, loop.cfg
+        self.slots: list[_Slot | None] = []
+        spec = self.loop
         self._prefill = jax.jit(lambda p, dp, tokens, lengths, key:
                                 spec.prefill(p, dp, tokens, lengths, key))
         self._insert = jax.jit(put_row, donate_argnums=0)
@@ -116,17 +117,26 @@ class Engine:
         self._cancel = jax.jit(lambda state, at: state._replace(done=state.done.at[at].set(True)),
                                donate_argnums=0)
         self._redraft = jax.jit(lambda dp, state: redraft(spec, dp, state), donate_argnums=1)
+        self.mesh = mesh
+        self.reset()
+
+    def reset(self) -> None:
+        """Free every slot and start from empty rows: how the engine begins, and how the
+        server recovers from a step that failed (its state may then be half-donated)."""
+        slots = self.n_slots
         # Every row starts finished (any prompt will do), so the loop skips it; each gets its
         # own key and round counter (replaced by the request's own on insert).
         tokens, lengths = pad_prompts([[0]] * slots, self.max_len)
-        empty = self._prefill(params, dparams, tokens, lengths, jax.random.key(0))
+        empty = self._prefill(self.params, self.dparams, tokens, lengths, jax.random.key(0))
         self.state = empty._replace(done=jnp.ones_like(empty.done),
                                     step=jnp.zeros(slots, jnp.int32),
                                     key=jax.random.split(jax.random.key(0), slots))
         self.sp = SamplingParams(*(jnp.stack([x] * slots) for x in SamplingParams.make()))
         self.max_new = jnp.ones(slots, jnp.int32)
-        if mesh is not None:
-            place(self, mesh)
+        self.slots = [None] * slots
+        self.paused, self._ended = False, None
+        if self.mesh is not None:
+            place(self, self.mesh)
 
     @property
     def free_slots(self) -> int:
@@ -154,15 +164,17 @@ class Engine:
             raise UserError(f"The prompt is {len(request.prompt)} tokens long but this engine's "
                             f"context holds {self.max_len}, leaving no room to generate; "
                             f"shorten it.")
+        # subtle: everything that can fail on this request's values happens before the first
+        # write into the engine's (donated) state, so a refusal leaves the other slots intact.
         tokens, lengths = pad_prompts([request.prompt], self.max_len)
-        max_new = min(request.max_new, self.max_len - len(request.prompt))  # the cache's end
+        max_new = jnp.int32(min(request.max_new, self.max_len - len(request.prompt)))
+        sp = SamplingParams.make(request.temperature, request.top_k, request.top_p)
         one = self._prefill(self.params, self.dparams, tokens, lengths,
                             jax.random.key(request.seed))
         at = self.slots.index(None)
         self.state = self._insert(self.state, one, at)
-        sp = SamplingParams.make(request.temperature, request.top_k, request.top_p)
         self.sp = self._insert(self.sp, sp, at)
-        self.max_new = self._insert(self.max_new, jnp.int32(max_new), at)
+        self.max_new = self._insert(self.max_new, max_new, at)
         self.slots[at] = _Slot(request, len(request.prompt), 0)
         return at
 

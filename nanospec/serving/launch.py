@@ -147,8 +147,9 @@ def draining(server_class, scheduler: Scheduler):
     return DrainingServer
 
 
-def cmd_serve(args) -> None:
-    """`nanospec serve`: load the models, build and warm the engine, serve until SIGTERM."""
+def cmd_serve(args) -> int | None:
+    """`nanospec serve`: load the models, build and warm the engine, serve until SIGTERM
+    (exit 0), or until the engine thread dies (exit 1)."""
     import uvicorn
     from nanospec.decode import Bundle, needs
     from nanospec.serving.server import build_app
@@ -167,4 +168,10 @@ def cmd_serve(args) -> None:
     # SIGTERM handler would kill the process with it. A server that drained has done what
     # SIGTERM asked, so that re-raised signal does nothing and the command exits 0.
     signal.signal(signal.SIGTERM, lambda *_: None)
+    scheduler = app.state.service.scheduler
+    scheduler.on_crash = lambda: setattr(server, "should_exit", True)
     server.run(sockets=[sock])
+    if scheduler.crashed:  # every client was answered; a supervisor should start us again
+        print(f"nanospec: the engine stopped ({scheduler.crashed}); exiting so that a "
+              f"supervisor can restart the server.", file=sys.stderr, flush=True)
+        return 1

@@ -17,6 +17,13 @@ tokens up to and including the one that completed the stop (vLLM counts the same
 Draining (SIGTERM): `drain()` refuses new requests; the thread serves what it already has —
 running and waiting — then `stop()` ends it once it is idle.
 
+Faults: no single request may stop the engine. An error while admitting one job, or while
+turning one job's tokens into text, fails that job alone (a 500 in OpenAI's shape). A step
+that fails fails the jobs in it (their rows may be half written), and the engine starts again
+from empty slots for the jobs still waiting. Should this thread die anyway, every job it held
+— waiting, running or being admitted — is answered at once, and `on_crash` lets the server
+exit non-zero so that a supervisor restarts it.
+
 What this file deliberately leaves out: priorities, preemption, and any limit on tokens in
 flight other than the engine's slots.
 """
@@ -84,7 +91,9 @@ class Scheduler:
         self.running: dict[int, Job] = {}  # slot -> job; the engine thread's alone
         self.cond = threading.Condition()
         self.draining = self.stopping = False
+        self.admitting: list[Job] = []  # the job between the queue and a slot, if any
         self.crashed: str | None = None  # why the thread died, if it did
+        self.on_crash = None  # called (from the engine thread) if it dies
         self.thread = threading.Thread(target=self.run, name="nanospec-engine", daemon=True)
 
     # ------------------------------------------------------------ called by the handlers
@@ -146,12 +155,30 @@ class Scheduler:
                 if self.running:
                     self.step()
                     self.metrics.load(len(self.running), len(self.waiting))
-        except Exception as e:  # a bug: keep its traceback in the log, and tell every client
+        except BaseException as e:  # a bug in this loop itself: no job can be trusted now
             self.crashed = f"{type(e).__name__}: {e}"
             traceback.print_exc()
-            error = ApiError(500, f"The engine stopped ({self.crashed}).", kind="server_error")
-            for job in [*self.running.values(), *self.waiting]:
+            error = ApiError(500, f"The engine stopped ({self.crashed}); the server is "
+                                  f"exiting.", kind="server_error")
+            with self.cond:
+                jobs = [*self.admitting, *self.running.values(), *self.waiting]
+                self.waiting.clear()
+            for job in jobs:  # every client gets its answer now, not at its timeout
                 job.post(Delta("", job.tokens, None, error))
+            if self.on_crash is not None:  # the server exits non-zero, for a supervisor
+                self.on_crash()
+
+    def fail(self, job: Job, e: Exception, slot: int | None = None) -> None:
+        """An unexpected error `e` on `job` alone: answer its client with a 500 and free its
+        slot (if it has one); the engine goes on with everyone else. (The caller has logged
+        the traceback, once.)"""
+        if slot is not None:
+            self.end(slot, job, "error")
+        else:
+            self.metrics.finished("error", time.perf_counter() - job.arrived)
+        job.post(Delta("", job.tokens, None, ApiError(
+            500, f"The server failed on this request ({type(e).__name__}: {e}).",
+            kind="server_error")))
 
     def wait_for_work(self) -> bool:
         """Sleep until there is a job (True) or we are stopping with none left (False)."""
@@ -167,50 +194,77 @@ class Scheduler:
                 self.end(slot, job, "abort")
 
     def admit(self) -> None:
-        """Waiting jobs into free slots, in arrival order (a cancelled one is dropped)."""
+        """Waiting jobs into free slots, in arrival order (a cancelled one is dropped). A job
+        the engine refuses gets a 400; one whose insert fails, a 500; neither stops the rest."""
         while self.engine.free_slots:
             with self.cond:
                 if not self.waiting:
                     return
                 job = self.waiting.popleft()
+                self.admitting = [job]  # in neither place: a crash must still answer it
             if job.cancelled:  # between leaving the queue and here
                 self.metrics.finished("abort", time.perf_counter() - job.arrived)
-                continue
-            try:
-                slot = self.engine.insert(job.request)
-            except UserError as e:  # the handler checked already; the engine has the last word
-                job.post(Delta("", 0, None, ApiError(400, str(e))))
-                continue
-            self.running[slot] = job
-            self.metrics.prompt_tokens.inc(len(job.request.prompt))
+            else:
+                try:
+                    slot = self.engine.insert(job.request)
+                except UserError as e:  # the handler checked it; the engine has the last word
+                    job.post(Delta("", 0, None, ApiError(400, str(e))))
+                except Exception as e:  # a bug met on this request: it alone fails
+                    traceback.print_exc()
+                    self.fail(job, e)
+                else:
+                    self.running[slot] = job
+                    self.metrics.prompt_tokens.inc(len(job.request.prompt))
+            self.admitting = []
 
     def step(self) -> None:
-        """One engine step; each job's new tokens become text (cut at a stop string)."""
-        outputs = self.engine.step()
+        """One engine step; each job's new tokens become text (cut at a stop string).
+
+        If the step itself fails, the jobs in it cannot be trusted (their state may be half
+        written): each gets a 500, the engine starts again from empty slots, and the waiting
+        jobs go on. If one job's text fails, that job alone ends."""
+        try:
+            outputs = self.engine.step()
+        except Exception as e:
+            traceback.print_exc()
+            for slot, job in list(self.running.items()):
+                self.fail(job, e, slot)
+            self.engine.reset()
+            return
         now = time.perf_counter()
         for out in outputs:
             job = self.running[out.slot]
-            before, text = job.tokens, []
-            for token in out.tokens:  # one at a time: a stop string ends the request there
-                text.append(job.text.push([token]))
-                job.tokens, job.last_token = job.tokens + 1, token
-                if job.text.stopped:
-                    break
-            if job.tokens > before:
-                self.metrics.step(job.tokens - before, now - (job.last or job.arrived),
-                                  job.last is None, out.drafted, out.accepted)
-                job.last = now
-            finish = None
+            try:
+                self.deliver(job, out, now)
+            except Exception as e:
+                traceback.print_exc()
+                if out.slot in self.running:
+                    self.engine.cancel(out.slot)
+                    self.fail(job, e, out.slot)
+
+    def deliver(self, job: Job, out, now: float) -> None:
+        """Post one step's output of `job` to its client, and end the job if it finished."""
+        before, text = job.tokens, []
+        for token in out.tokens:  # one at a time: a stop string ends the request there
+            text.append(job.text.push([token]))
+            job.tokens, job.last_token = job.tokens + 1, token
             if job.text.stopped:
-                finish = "stop"
-                if not out.done:
-                    self.engine.cancel(out.slot)  # nothing after the stop string is wanted
-            elif out.done:
-                finish = "stop" if job.last_token == self.eos_id else "length"
-            if finish:
-                text.append(job.text.finish())
-                self.end(out.slot, job, finish)
-            job.post(Delta("".join(text), job.tokens, finish))
+                break
+        if job.tokens > before:
+            self.metrics.step(job.tokens - before, now - (job.last or job.arrived),
+                              job.last is None, out.drafted, out.accepted)
+            job.last = now
+        finish = None
+        if job.text.stopped:
+            finish = "stop"
+            if not out.done:
+                self.engine.cancel(out.slot)  # nothing after the stop string is wanted
+        elif out.done:
+            finish = "stop" if job.last_token == self.eos_id else "length"
+        if finish:
+            text.append(job.text.finish())
+            self.end(out.slot, job, finish)
+        job.post(Delta("".join(text), job.tokens, finish))
 
     def end(self, slot: int, job: Job, reason: str) -> None:
         del self.running[slot]
