@@ -20,7 +20,7 @@ Draw random tokens with `rng.choice(V, p=law)`. Write it with numpy: the checker
 tens of thousands of times.
 
 Check it:   nanospec exercise check 3
-Read after: nanospec/verify.py (`verify_row`), lessons 04 and 06.
+Read after: nanospec/verify.py (`verify_row`), lessons 04 and 07.
 """
 
 import numpy as np

@@ -10,9 +10,15 @@ import inspect
 import traceback
 from pathlib import Path
 
+import jax
 import numpy as np
 
 from nanospec.errors import UserError
+
+# Asking for a traced array's value inside jax.jit: a Python if, while, int(), np.asarray, or
+# indexing with a boolean mask (its result's shape would depend on the values).
+TRACED_VALUE = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+                jax.errors.TracerIntegerConversionError, jax.errors.NonConcreteBooleanIndexError)
 
 
 class Failure(Exception):
@@ -59,6 +65,12 @@ def calling(fn, function: str, path: Path):
             raise Failure(f"{function} is still the stub (it raises NotImplementedError): write "
                           f"its body; the docstring at the top of {path.name} says what it "
                           f"must do.") from None
+        except TRACED_VALUE as e:
+            raise Failure(f"your {function} cannot run inside jax.jit: at line "
+                          f"{_line_in(e, path)} of {path.name} it needs the value of an array "
+                          f"that jit only traces ({type(e).__name__}). A Python if or while on "
+                          f"an array, int(), .item(), numpy or a boolean mask cannot run there: use "
+                          f"jax.numpy operations (jnp.where, jnp.cumprod, jnp.sum).") from None
         except Exception as e:
             raise Failure(f"your {function} raised {type(e).__name__} at line "
                           f"{_line_in(e, path)} of {path.name}: {e}") from None

@@ -1,10 +1,10 @@
-"""Checks for exercises 4 and 5: prompt lookup and the greedy loop, against the reference.
+"""Checks for exercises 1 and 7: the greedy loop and prompt lookup, against the reference.
 
-Exercise 4 is compared with the library's own `nanospec.drafters.lookup` on hundreds of short
-random contexts over small alphabets (so n-grams repeat often). Exercise 5 runs the learner's
-loop on two toy "models" — lookup tables over the last two tokens, the draft agreeing with the
-target about 70% of the time — and compares its text with greedy decoding and its number of
-target passes with what a speculative loop needs.
+Exercise 1 runs the learner's loop on two toy "models" — lookup tables over the last two
+tokens, the draft agreeing with the target about 70% of the time — and compares its text with
+greedy decoding and its number of target passes with what a speculative loop needs. Exercise 7
+is compared with the library's own `nanospec.drafters.lookup` on hundreds of short random
+contexts over small alphabets (so n-grams repeat often).
 """
 
 import jax
@@ -34,22 +34,20 @@ def _contexts(rng, count: int) -> list[list[int]]:
 
 
 def check_lookup(lookup):
-    """Exercise 4: the docstring's example, no match, then 600 random contexts."""
-    got = plain(lookup([7, 8, 9, 7, 8], 4, 3, 1))
-    if got != [9, 7, 8, 9]:
-        raise Failure(f"the docstring's example, lookup([7, 8, 9, 7, 8], 4, 3, 1), should give "
-                      f"[9, 7, 8, 9]; yours gives {got}.")
+    """Exercise 7: the docstring's example, no match, then 600 random contexts."""
+    for context, gamma, want, what in (([7, 8, 9, 7, 8], 4, [9, 7, 8, 9], "the docstring's example"),
+                                       ([1, 2, 3], 4, [], "no match")):
+        got = _call(lookup, context, gamma, 3, 1)
+        if got != want:
+            raise Failure(f"{what}, lookup({context}, {gamma}, 3, 1), should give {want}; yours "
+                          f"gives {got}." + _lookup_hint(got, context, gamma, 3, 1))
     yield "the docstring's example gives [9, 7, 8, 9]"
-    got = plain(lookup([1, 2, 3], 4, 3, 1))
-    if got != []:
-        raise Failure(f"in [1, 2, 3] the last token never occurred before, so nothing matches "
-                      f"and lookup must return []; yours gives {got}.")
     yield "returns [] when nothing matches"
     rng = np.random.default_rng(0)
     for gamma, max_ngram, min_ngram in ((4, 3, 1), (1, 2, 1), (7, 4, 2), (3, 1, 1)):
         contexts = _contexts(rng, 150)
         for context, want in zip(contexts, _reference(contexts, gamma, max_ngram, min_ngram)):
-            got = plain(lookup(list(context), gamma, max_ngram, min_ngram))
+            got = _call(lookup, list(context), gamma, max_ngram, min_ngram)
             if got != want:
                 raise Failure(f"lookup({context}, γ = {gamma}, max_ngram = {max_ngram}, "
                               f"min_ngram = {min_ngram}) should give {want}; yours gives {got}."
@@ -57,17 +55,46 @@ def check_lookup(lookup):
     yield "matches nanospec.drafters.lookup on 600 random contexts"
 
 
+def _call(lookup, context, gamma, max_ngram, min_ngram):
+    """The learner's drafts as plain ints; a division by zero is the suffix matching itself."""
+    try:
+        return plain(lookup(context, gamma, max_ngram, min_ngram))
+    except Failure as failure:
+        if "ZeroDivisionError" not in str(failure):
+            raise
+        raise Failure(f"{failure} (on lookup({context}, {gamma}, {max_ngram}, {min_ngram})). The "
+                      f"period L − 1 − j is 0 only when j = L − 1, where the 'occurrence' is the "
+                      f"suffix itself: an earlier one must end by index L − 2.") from None
+
+
 def _lookup_hint(got, context, gamma, max_ngram, min_ngram) -> str:
-    """Name the usual mistake: the latest occurrence instead of the earliest."""
+    """Name the usual mistake: a short slice past the end, the suffix matching itself, the
+    latest occurrence instead of the earliest; else say where the match is."""
     L = len(context)
     for n in range(max_ngram, min_ngram - 1, -1):
         ends = [j for j in range(n - 1, L - 1) if L > n and context[j - n + 1:j + 1] == context[L - n:]]
-        if ends:
-            latest = [context[ends[-1] + 1 + i % (L - 1 - ends[-1])] for i in range(gamma)]
-            if got == latest and len(ends) > 1:
-                return (f" You copied after the latest occurrence of {context[L - n:]} (ending at "
-                        f"index {ends[-1]}); copy after the earliest (ending at index {ends[0]}).")
-            return f" The longest suffix that occurred before is {context[L - n:]} (n = {n})."
+        if not ends:
+            continue
+        j, period = ends[0], L - 1 - ends[0]
+        want = [context[j + 1 + i % period] for i in range(gamma)]
+        if isinstance(got, list) and 0 < len(got) < gamma and got == want[:len(got)]:
+            return (f" Only {period} tokens follow the match {context[L - n:]} (it ends at index "
+                    f"{j}), so a slice reads past the end of the context and stops short: wrap "
+                    f"around, drafts[i] = context[j + 1 + i % (L − 1 − j)].")
+        if got == []:
+            return (f" The last {n} tokens {context[L - n:]} occurred before, ending at index {j}: "
+                    f"if you matched the suffix with itself (ending at index L − 1 = {L - 1}), "
+                    f"search only j ≤ L − 2, and try shorter n-grams before giving up.")
+        latest = [context[ends[-1] + 1 + i % (L - 1 - ends[-1])] for i in range(gamma)]
+        if got == latest and len(ends) > 1:
+            return (f" You copied after the latest occurrence of {context[L - n:]} (ending at "
+                    f"index {ends[-1]}); copy after the earliest (ending at index {j}).")
+        return (f" The longest suffix that occurred before is {context[L - n:]} (n = {n}), "
+                f"earliest ending at index {j}, so the drafts start at context[{j + 1}] = "
+                f"{context[j + 1]}.")
+    if got:
+        return (f" No n-gram of the last {min_ngram} to {max_ngram} tokens occurred earlier "
+                f"(ending by index L − 2 = {L - 2}), so there is nothing to copy: return [].")
     return ""
 
 
@@ -106,7 +133,7 @@ def _passes_needed(target: Toy, draft: Toy, prompt, gamma: int, max_new: int) ->
 
 
 def check_greedy_loop(greedy_speculative):
-    """Exercise 5: greedy text exactly, max_new respected, one target pass per round."""
+    """Exercise 1: greedy text exactly, max_new respected, one target pass per round."""
     t_table, d_table = _toys()
     cases = [(t_table, d_table, "a draft that agrees about 70% of the time"),
              (t_table, t_table, "a perfect draft"), (t_table, (t_table + 1) % 40, "a useless draft")]

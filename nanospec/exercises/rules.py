@@ -1,4 +1,4 @@
-"""Checks for exercises 1 and 2: the accept test and the residual, exact answers on a grid.
+"""Checks for exercise 2: the accept test and the residual, exact answers on a grid.
 
 Neither needs sampling: `accept_reject` is handed its uniforms, so its acceptance probability
 on a grid of 2,000 evenly spaced uniforms is known to within 1/2000; `residual` is a formula.
@@ -16,8 +16,14 @@ Q_GRID = (0.05, 0.2, 0.5, 0.8, 1.0)  # the draft's q(x) > 0: x was drawn from q
 UNIFORMS = 2000
 
 
+def check_one_token(accept_reject, residual):
+    """Exercise 2: the accept test's checks, then the residual's."""
+    yield from check_accept_reject(accept_reject)
+    yield from check_residual(residual)
+
+
 def check_accept_reject(accept_reject):
-    """Exercise 1: one verdict per draft, min(1, p/q) on a grid, the docstring's example, and
+    """One verdict per draft, min(1, p/q) on a grid, the docstring's example, and
     p(x) = 0 never accepted."""
     got = np.asarray(accept_reject(np.array([.5, .5]), np.array([.6, .1]), np.array([.9, .4])))
     if got.shape != (2,):
@@ -63,7 +69,7 @@ def _accept_hint(rate, p, q) -> str:
 
 
 def check_residual(residual):
-    """Exercise 2: the worked example, 200 random pairs against the library, and p == q."""
+    """The worked example, 200 random pairs against the library, and p == q."""
     got = np.asarray(residual(np.array([.6, .4]), np.array([.9, .1])), float)
     if got.shape != (2,) or not np.allclose(got, [0, 1], atol=1e-6):
         raise Failure(f"residual([.6 .4], [.9 .1]) should be [0 1]: the target wants .4 of "

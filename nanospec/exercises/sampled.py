@@ -1,8 +1,8 @@
-"""Checks for exercises 3 and 6: verify_row and verify_siblings, judged by the laws they emit.
+"""Checks for exercises 3 and 8: verify_row and verify_siblings, judged by the laws they emit.
 
 Both are random, so both are run many times on small laws whose correct output law is known
 exactly, and the tallies are tested with chi-square (laws.py: each check fails a correct rule
-by chance with probability ALPHA = 1e-6; exercise 3 has four such checks, exercise 6 three).
+by chance with probability ALPHA = 1e-6; exercise 3 has four such checks, exercise 8 three).
 N = 10,000 rounds per case: a mistake that moves any token's probability by 0.03 is caught.
 """
 
@@ -90,7 +90,7 @@ def _fail_if(message: str | None, hint: str) -> None:
         raise Failure(message + "." + hint)
 
 
-# Exercise 6's cases: (p, the law each sibling is drawn from, point masses?).
+# Exercise 8's cases: (p, the law each sibling is drawn from, point masses?).
 SIBLING_CASES = (
     ("top-2 point masses, the docstring's example", np.array([.5, .3, .2]),
      np.eye(3)[[0, 1]], True),
@@ -102,7 +102,7 @@ SIBLING_CASES = (
 
 
 def check_verify_siblings(verify_siblings):
-    """Exercise 6: the token leaving the node has law p in each case."""
+    """Exercise 8: the token leaving the node has law p in each case."""
     draft_rng, learner_rng = np.random.default_rng(1), np.random.default_rng(2)
     for name, p, q, point_masses in SIBLING_CASES:
         V, counts = len(p), np.zeros(len(p))

@@ -1,15 +1,19 @@
 """The exercises of lessons/exercises/, and `check`, which runs one against a learner's file."""
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from rich.console import Console
+from rich.markup import escape
 
 from nanospec.errors import UserError
+from nanospec.exercises.batched import check_accepted_counts
+from nanospec.exercises.gamma import check_best_gamma
 from nanospec.exercises.learner import Failure, load
 from nanospec.exercises.loops import check_greedy_loop, check_lookup
-from nanospec.exercises.rules import check_accept_reject, check_residual
+from nanospec.exercises.rollback import check_verify_and_rollback
+from nanospec.exercises.rules import check_one_token
 from nanospec.exercises.sampled import check_verify_row, check_verify_siblings
 
 FOLDER = Path(__file__).resolve().parent.parent.parent / "lessons" / "exercises"
@@ -18,26 +22,42 @@ FOLDER = Path(__file__).resolve().parent.parent.parent / "lessons" / "exercises"
 @dataclass(frozen=True)
 class Exercise:
     number: int
-    stem: str  # the file name without .py, in lessons/exercises/ and its solutions/
-    function: str  # what the learner implements
-    params: tuple[str, ...]  # its parameters, in order
-    checks: Callable[[Callable], Iterator[str]]  # yields what passed; raises Failure
+    stem: str  # the file name without .py, in lessons/exercises/ and its solutions/ and broken/
+    # What the learner implements, one (name, its parameters in order) per function.
+    functions: tuple[tuple[str, tuple[str, ...]], ...]
+    # Takes those functions in that order; yields what passed; raises Failure.
+    checks: Callable[..., Iterator[str]]
 
     @property
     def stub(self) -> Path:
         return FOLDER / f"{self.stem}.py"
 
+    @property
+    def signature(self) -> str:
+        return ", ".join(f"{name}({', '.join(params)})" for name, params in self.functions)
 
+
+def _exercise(number, stem, checks, *functions) -> Exercise:
+    """An Exercise from ("name", "its parameters separated by spaces") pairs."""
+    return Exercise(number, stem, tuple((f, tuple(p.split())) for f, p in functions), checks)
+
+
+# In the order of the lessons they follow; lessons/exercises/README.md has the table.
 EXERCISES = {e.number: e for e in (
-    Exercise(1, "01_accept_reject", "accept_reject", ("u", "p_x", "q_x"), check_accept_reject),
-    Exercise(2, "02_residual", "residual", ("p", "q"), check_residual),
-    Exercise(3, "03_verify_row", "verify_row", ("rng", "drafts", "q", "p"), check_verify_row),
-    Exercise(4, "04_prompt_lookup", "lookup", ("context", "gamma", "max_ngram", "min_ngram"),
-             check_lookup),
-    Exercise(5, "05_greedy_loop", "greedy_speculative",
-             ("target", "draft", "prompt", "gamma", "max_new"), check_greedy_loop),
-    Exercise(6, "06_tree_siblings", "verify_siblings", ("rng", "candidates", "q", "p"),
-             check_verify_siblings),
+    _exercise(1, "01_greedy_loop", check_greedy_loop,
+              ("greedy_speculative", "target draft prompt gamma max_new")),
+    _exercise(2, "02_accept_and_residual", check_one_token,
+              ("accept_reject", "u p_x q_x"), ("residual", "p q")),
+    _exercise(3, "03_verify_row", check_verify_row, ("verify_row", "rng drafts q p")),
+    _exercise(4, "04_kv_rollback", check_verify_and_rollback,
+              ("verify_and_rollback", "target cache last drafts")),
+    _exercise(5, "05_batched_verify", check_accepted_counts,
+              ("accepted_counts", "u p_x q_x n_draft")),
+    _exercise(6, "06_choosing_gamma", check_best_gamma, ("best_gamma", "alpha c r gammas")),
+    _exercise(7, "07_prompt_lookup", check_lookup,
+              ("lookup", "context gamma max_ngram min_ngram")),
+    _exercise(8, "08_tree_siblings", check_verify_siblings,
+              ("verify_siblings", "rng candidates q p")),
 )}
 
 
@@ -55,14 +75,13 @@ def check(number: int, file: str | None = None, console: Console | None = None) 
     console = console or Console(highlight=False)
     exercise = find(number)
     path = Path(file) if file else exercise.stub
-    fn = load(path, exercise.function, exercise.params)
-    console.print(f"exercise {number}: {exercise.function}({', '.join(exercise.params)}) "
-                  f"in {path}")
+    fns = [load(path, name, params) for name, params in exercise.functions]
+    console.print(escape(f"exercise {number}: {exercise.signature} in {path}"))
     try:
-        for passed in exercise.checks(fn):
-            console.print(f"  [green]✓[/] {passed}")
+        for passed in exercise.checks(*fns):
+            console.print(f"  [green]✓[/] {escape(passed)}")
     except Failure as failure:
-        console.print(f"  [red]✗[/] {failure}")
+        console.print(f"  [red]✗[/] {escape(str(failure))}")
         return False
     console.print(f"[green]All checks passed.[/] Compare with solutions/{exercise.stem}.py "
                   f"and read the library's version.")
@@ -70,6 +89,6 @@ def check(number: int, file: str | None = None, console: Console | None = None) 
 
 
 def listing() -> list[tuple[int, str, str]]:
-    """(number, function and its parameters, stub path) for every exercise."""
-    return [(e.number, f"{e.function}({', '.join(e.params)})", str(e.stub.relative_to(FOLDER.parent.parent)))
+    """(number, functions and their parameters, stub path) for every exercise."""
+    return [(e.number, e.signature, str(e.stub.relative_to(FOLDER.parent.parent)))
             for e in EXERCISES.values()]

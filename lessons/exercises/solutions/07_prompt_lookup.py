@@ -1,7 +1,4 @@
-"""Exercise 4, broken on purpose (the test suite checks that the checker names the mistake).
-
-The mistake: copy after the LATEST earlier occurrence of the n-gram instead of the earliest.
-"""
+"""Exercise 7, a reference solution (try it yourself first: ../07_prompt_lookup.py)."""
 
 
 def lookup(context: list[int], gamma: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
@@ -10,7 +7,7 @@ def lookup(context: list[int], gamma: int, max_ngram: int = 3, min_ngram: int = 
         if L <= n:
             continue
         suffix = context[L - n:]
-        for j in range(L - 2, n - 2, -1):  # latest first: the mistake
+        for j in range(n - 1, L - 1):  # earliest first; j <= L - 2
             if context[j - n + 1: j + 1] == suffix:
                 period = L - 1 - j
                 return [context[j + 1 + i % period] for i in range(gamma)]

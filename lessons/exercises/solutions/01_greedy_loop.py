@@ -1,4 +1,4 @@
-"""Exercise 5, a reference solution (try it yourself first: ../05_greedy_loop.py)."""
+"""Exercise 1, a reference solution (try it yourself first: ../01_greedy_loop.py)."""
 
 
 def greedy_speculative(target, draft, prompt: list[int], gamma: int, max_new: int) -> list[int]:

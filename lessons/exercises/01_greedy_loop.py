@@ -1,4 +1,4 @@
-"""Exercise 5 — the greedy speculative loop.
+"""Exercise 1 — the greedy speculative loop.
 
 At temperature 0 both models are deterministic, and speculation must write exactly the text
 that the target alone would write greedily — in fewer target passes. You get two models as
@@ -18,11 +18,11 @@ Never write more than `max_new` tokens. Return only the new tokens.
     prompt [1, 2], γ = 3: drafts [5, 6, 9]; target([1, 2, 5, 6, 9]) = [., 5, 6, 4, .]
     -> 5 and 6 agree, 9 does not: the round writes [5, 6, 4] for one target pass.
 
-Check it:   nanospec exercise check 5
+Check it:   nanospec exercise check 1
 Read after: nanospec/reference.py (`speculative_sampling`), lesson 03.
 """
 
-from typing import Callable
+from collections.abc import Callable
 
 
 def greedy_speculative(target: Callable[[list[int]], list[int]], draft: Callable[[list[int]], int],

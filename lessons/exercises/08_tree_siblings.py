@@ -1,4 +1,4 @@
-"""Exercise 6 — SpecInfer's walk over sibling drafts.
+"""Exercise 8 — SpecInfer's walk over sibling drafts.
 
 A token tree gives one position several candidate tokens (siblings), and the target may keep
 at most one. SpecInfer's multi-draft rejection sampling tries them in order, with r (the law
@@ -18,8 +18,8 @@ p whenever each candidate was drawn from its q[k] independently of the earlier o
 
 Write it with numpy (`rng.choice(V, p=law)` draws a token); the checker calls it often.
 
-Check it:   nanospec exercise check 6
-Read after: nanospec/trees/tree.py (`sibling_laws`, `verify_tree_row`), lesson 14.
+Check it:   nanospec exercise check 8
+Read after: nanospec/trees/tree.py (`sibling_laws`, `verify_tree_row`), lesson 15.
 """
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Exercise 5, broken on purpose (the test suite checks that the checker names the mistake).
+"""Exercise 1, broken on purpose (the test suite checks that the checker names the mistake).
 
 The mistake: the text is right, but each draft is checked with a target pass of its own, so
 speculation saves nothing — it costs a pass per token, like plain decoding.

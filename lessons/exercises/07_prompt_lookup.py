@@ -1,4 +1,4 @@
-"""Exercise 4 — a prompt-lookup drafter.
+"""Exercise 7 — a prompt-lookup drafter.
 
 Prompt lookup drafts with no model at all: if the last few tokens appeared before in the text,
 guess that what followed them then follows them again. Given the committed tokens `context`
@@ -17,8 +17,8 @@ If no n ≥ min_ngram matches, return [] (no drafts: the round is a plain decode
     n = 3: [9, 7, 8] never occurred before. n = 2: [7, 8] also ends at j = 1.
     period = 5 − 1 − 1 = 3, so the drafts are [9, 7, 8, 9].
 
-Check it:   nanospec exercise check 4
-Read after: nanospec/drafters.py (`lookup`, `PromptLookup`), lesson 10.
+Check it:   nanospec exercise check 7
+Read after: nanospec/drafters.py (`lookup`, `PromptLookup`), lesson 11.
 """
 
 

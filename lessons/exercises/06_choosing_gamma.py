@@ -1,0 +1,34 @@
+"""Exercise 6 — predict the best γ from three measured ratios.
+
+Lesson 09's cost model counts time in target decode steps. A round drafts γ tokens at c each
+(c = a draft step over a target step) and verifies them in one target pass over γ + 1 tokens,
+which costs r one-token passes (r = that pass over a one-token pass; on a CPU it grows with γ,
+on an accelerator it stays near 1). The round emits E tokens on average, where
+autoregressive decoding would have needed E target steps:
+
+    E(α, γ) = 1 + α + α² + … + α^γ        (the accepted drafts, plus the token every round adds)
+    predicted speedup = E(α, γ) / (γ·c + r)
+
+Implement `best_gamma`: the γ in `gammas` with the highest predicted speedup, where r[i] is
+the verify pass's cost for gammas[i]. Return the γ itself, not its position. α is the
+per-draft acceptance probability, 0 ≤ α ≤ 1 (exactly 1 for a draft never rejected).
+
+    alpha = 0.8, c = 0.05, gammas = [1, 2, 4, 8], r = [1.1, 1.2, 1.3, 1.6]
+    E = 1.80, 2.44, 3.36, 4.33; cost = 1.15, 1.30, 1.50, 2.00
+    speedup = 1.57, 1.88, 2.24, 2.16  ->  best_gamma(0.8, 0.05, r, gammas) == 4
+
+How it is checked, and why not with a stopwatch: a timing moves by a tenth from run to run
+(docs/results.md), and the checker must give every laptop the same answer, so it times
+nothing. It compares your choice with the library's formula (`expected_tokens` in
+nanospec/measure/bench.py) on a grid of α, c and r, then feeds it the α, c and r that a
+`nanospec bench` run measured and recorded in docs/results.md (the same ratios lesson 09
+measures), and asks for the γ that run measured fastest. Lesson 09 measures them live.
+
+Check it:   nanospec exercise check 6
+Read after: lesson 09, docs/design.md §6 (performance model), nanospec/measure/bench.py.
+"""
+
+
+def best_gamma(alpha: float, c: float, r: list[float], gammas: list[int]) -> int:
+    """The γ of `gammas` that maximises E(α, γ) / (γ·c + r[i]); r[i] belongs to gammas[i]."""
+    raise NotImplementedError("write best_gamma")
