@@ -2,7 +2,8 @@
 # # Lesson 01 — Why decoding is sequential, and the opening speculation uses
 #
 # **You will see** how long one pass of the shipped target takes over 1, 2, 4, 8 and 16 new
-# tokens (64 tokens already in its KV cache), measured side by side on this machine.
+# tokens (64 tokens already in its KV cache), measured side by side on this machine, and
+# which of its costs a wider pass does not pay again: overhead, memory traffic or arithmetic.
 #
 # **It explains** `nanospec/model.py` (one call shape for every pass:
 # `model(tokens, positions, cache)`) and the opening that `nanospec/speculative.py` uses.
@@ -10,35 +11,85 @@
 # A language model writes one token at a time: token t+1 needs token t as input, so
 # autoregressive decoding is a chain of passes over ONE new token each. But a pass over several
 # new tokens at once — if we already knew them — computes every one of their next-token laws
-# together, and costs far less than that many passes: the weights are read from memory once
-# for all of them. Speculative decoding guesses the next γ tokens cheaply, then checks all of
-# them with one such wide pass.
+# together, and costs far less than that many passes: part of a pass's cost is paid once per
+# pass however many tokens it carries, and only the rest grows with the tokens. Speculative
+# decoding guesses the next γ tokens cheaply, then checks all of them with one such wide pass.
+# Below we time it, and split a pass into those two parts to see which costs what here.
 
 # %%
+import dataclasses
 import statistics
 
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
 from nanospec.measure.probes import FORWARD_CALLS, forward_probe, interleaved_samples
+from nanospec.model import GPT
 from nanospec.teach import bar, claim, console, figure, shipped, table
 
 bundle = shipped("target")
 target = bundle.models["target"]
 cfg = target[0]
-console.print(f"target: {cfg.n_layer} layers, width {cfg.d_model}, context {cfg.n_ctx} tokens")
+weight_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(target[2]))
+console.print(f"target: {cfg.n_layer} layers, width {cfg.d_model}, context {cfg.n_ctx} tokens, "
+              f"{weight_bytes / 1e6:.0f} MB of float32 weights")
 
 # %% [markdown]
 # ## Timing a pass
 #
-# `forward_probe(model, block)` compiles a loop of FORWARD_CALLS cached passes over `block`
-# new tokens. `interleaved_samples` times every probe once per round-robin pass, so a noisy
-# neighbour on this shared machine slows them all alike, and we take the median of the passes.
+# `forward_probe(model, block)` compiles a loop of FORWARD_CALLS (32) cached passes over
+# `block` new tokens; one call from Python runs all 32, as nanospec's own loops do, so
+# Python's cost per call is spread thin. Three more probes take a one-token pass apart for
+# the second half of the lesson:
+#
+# - *weights*: a bare product x @ W, x one row and W as many bytes as the target's weights.
+#   It does 2 flops per 4 bytes of W: its time is the time to stream the weights once.
+# - *80-slot cache*: the same one-token pass with a KV cache of 80 slots instead of the
+#   context's 256 (a pass attends over its cache's whole buffer, the empty slots masked).
+# - *width 48*: a model with the target's layers, heads and vocabulary but width 48: every
+#   operation of the pass with next to no weights, so what starting the operations costs.
+#
+# `interleaved_samples` times every probe once per round-robin pass, 7 passes. A busy machine
+# (a browser, a video call, someone else's job) slows some passes more than others, so
+# each ratio below is taken within one pass, between probes timed close together (8 tokens,
+# 1, 16 right after each other, the 2- and 4-token passes a little later in the same pass;
+# then each of the three probes right after a one-token pass of its own), and then the median
+# over the passes.
+
 
 # %%
-BLOCKS = (1, 2, 4, 8, 16)
-probes = {b: forward_probe(target, b) for b in BLOCKS}
-samples = interleaved_samples(probes, repeats=7)
-ms = {b: 1000 * statistics.median(s) / FORWARD_CALLS for b, s in samples.items()}
+def weight_stream(n_bytes: int):
+    """FORWARD_CALLS products x @ W, x (1, d), W (d, ·) of n_bytes float32: each reads W once."""
+    W = jnp.ones((cfg.d_model, n_bytes // 4 // cfg.d_model), jnp.float32)  # an argument, not
+    x = jnp.ones((1, cfg.d_model), jnp.float32)                            # a constant of `loop`
 
-rows = [[b, f"{ms[b]:.2f}", f"{ms[b] / ms[1]:.2f}×", f"{ms[b] / b:.2f}", bar(ms[b], ms[16])]
+    @jax.jit
+    def loop(W, x):  # each product's first d outputs feed the next: nothing to hoist
+        step = lambda i, x: (x @ W)[:, :cfg.d_model] / cfg.d_model  # (1, d)
+        return jax.lax.fori_loop(0, FORWARD_CALLS, step, x)
+    return lambda: loop(W, x)
+
+
+BLOCKS = (1, 2, 4, 8, 16)
+probes = {b: forward_probe(target, b) for b in (8, 1, 16, 2, 4)}  # 8 and 16 right beside 1
+narrow = dataclasses.replace(cfg, d_model=48)  # 6 heads of 8, random weights
+parts = {"weights": weight_stream(weight_bytes),
+         "80-slot cache": forward_probe((dataclasses.replace(cfg, n_ctx=80), *target[1:]), 1),
+         "width 48": forward_probe((narrow, *nnx.split(GPT(narrow, nnx.Rngs(0)))), 1)}
+for name, probe in parts.items():  # each right after a one-token pass, to compare the two
+    probes[f"1 before {name}"], probes[name] = probes[1], probe
+samples = interleaved_samples(probes, repeats=7)
+
+
+def ratio(a, b) -> float:  # the median over passes of a's time over b's, both from one pass
+    return statistics.median(x / y for x, y in zip(samples[a], samples[b]))
+
+
+ms = {1: 1000 * statistics.median(samples[1]) / FORWARD_CALLS}  # the median pass
+ms |= {b: ratio(b, 1) * ms[1] for b in BLOCKS[1:]}  # and the others by their ratio to it
+
+rows = [[b, f"{ms[b]:.2f}", f"{ratio(b, 1):.2f}×", f"{ms[b] / b:.2f}", bar(ms[b], ms[16])]
         for b in BLOCKS]
 table("one target pass over b new tokens (64 cached)",
       ["b", "ms per pass", "vs b = 1", "ms per token", ""], rows)
@@ -64,7 +115,60 @@ figure("01_pass_cost", cost_curve)
 # in one-token passes — is the `r` column of `nanospec bench` (docs/design.md §6).
 
 # %%
-claim(ms[8] < 4 * ms[1],
-      f"a pass over 8 tokens costs {ms[8] / ms[1]:.2f} one-token passes, far below 8")
-claim(ms[16] / 16 < ms[1] / 2,
-      f"per token, a 16-token pass is {ms[1] / (ms[16] / 16):.1f}× cheaper than one token at a time")
+claim(ratio(8, 1) < 4,
+      f"a pass over 8 tokens costs {ratio(8, 1):.2f} one-token passes, far below 8")
+claim(ratio(16, 1) < 8,
+      f"per token, a 16-token pass is {16 / ratio(16, 1):.1f}× cheaper than one token at a time")
+
+# %% [markdown]
+# ## Which cost does the wide pass save?
+#
+# Draw a straight line through the 1- and 16-token passes: a pass over b tokens costs about
+# *fixed* + b · *per token*. (The passes between lie above that line: the first extra tokens
+# cost the most, so the split is a rough one.) The per-token part is the arithmetic, about
+# 2 flops per weight per token, and a wide pass does not save it. The fixed part is paid once
+# per pass however many tokens it carries: that is what a wide pass saves. The three probes
+# say what it is made of.
+
+# %%
+part = lambda name: ratio(name, f"1 before {name}")  # of a one-token pass, timed beside it
+arithmetic = (ratio(16, 1) - 1) / 15  # 15 more tokens cost 15 of these
+share = {"arithmetic for its one token": arithmetic,
+         "fixed, once per pass": 1 - arithmetic,
+         f"· streaming the {weight_bytes / 1e6:.0f} MB of weights": part("weights"),
+         "· a 256-slot cache, not 80": 1 - part("80-slot cache"),
+         "· starting its operations (width 48)": part("width 48")}
+flops = 2 * weight_bytes / 4  # a token's arithmetic, and the bare product's: 2 per weight
+gflops = lambda x: f"{flops / (x * ms[1]) / 1e6:.0f}"  # ms[1] is in ms: 1e6, not 1e9
+table(f"a one-token pass ({ms[1]:.2f} ms), part by part (this machine, now)",
+      ["part", "share", "ms", "GFLOP/s"],
+      [[k, f"{x:.0%}", f"{x * ms[1]:.2f}", gflops(x) if i in (0, 2) else ""]
+       for i, (k, x) in enumerate(share.items())])
+console.print(f"the fixed part costs as much as the arithmetic of "
+              f"{(1 - arithmetic) / arithmetic:.0f} tokens")
+
+# %% [markdown]
+# Read the table from the bottom. Starting every operation of the pass costs a few percent of
+# it: per-call overhead is not what a wide pass saves here. Streaming the weights is a large
+# share: the bare product does several times fewer GFLOP/s than the same CPU does on the wide
+# pass's arithmetic, so it waits for memory, not for arithmetic. The KV cache is most of the
+# rest: a pass works over the cache's whole buffer, so 256 slots cost more than 80 however few
+# are filled. That is neither arithmetic (attention's arithmetic for one token is a tenth of
+# the weights', and 176 more slots add under 1% of a pass's) nor the cost of starting
+# operations (the width-48 model, whose buffers have an eighth of the bytes, costs almost
+# nothing): it is work that grows with the buffers' bytes, and far dearer per byte than
+# streaming the weights, so the pass does more with the buffers than read them once. Each
+# part is measured on its own, so they need not add up, and on a busy machine one can come
+# out far off, even above the whole pass, when other programs slow it more than the pass
+# timed beside it: run the lesson again. In eleven runs on the 2-core machine this lesson was
+# written on, busy with other jobs, the fixed part was 83–93% of a one-token pass, streaming
+# the weights 37–70% (once, in a burst of load, 119%), the larger cache 27–60% and starting
+# the operations 2–5%.
+#
+# So on this CPU a wide pass saves the work that grows with bytes, not tokens: the weights
+# streamed and the work on the cache's buffers, paid once for all its tokens. It does not
+# save arithmetic: by 16 tokens the arithmetic costs more than the fixed part, so r(γ+1)
+# grows with γ. That is why docs/design.md §6 says r grows with γ on a CPU: each extra token
+# adds arithmetic that a wide pass does not share. The pass is compute-bound (its arithmetic
+# outweighing the fixed part) only when it carries more tokens than the count printed under
+# the table (about 9 when this was written). On a GPU, design.md notes, r barely moves.

@@ -24,7 +24,7 @@ import numpy as np
 from scipy import stats
 
 from nanospec.teach import bar, claim, console, figure, table
-from nanospec.verify import residual, verify_row
+from nanospec.verify import accept_reject, residual, verify_row
 
 p = np.array([0.40, 0.25, 0.20, 0.10, 0.05])  # the target's law
 q = np.array([0.10, 0.45, 0.05, 0.30, 0.10])  # the draft's law: often wrong
@@ -34,11 +34,15 @@ q = np.array([0.10, 0.45, 0.05, 0.30, 0.10])  # the draft's law: often wrong
 #
 # p = [.6 .4], q = [.9 .1], draft x = 0: accepted with .6/.9 = 2/3. Rejected a third of the
 # time, and then the residual max(0, p − q) = [0 .3] always gives token 1. So
-# P(0) = .9 · 2/3 = .6 = p(0).
+# P(0) = .9 · 2/3 = .6 = p(0). Below, `accept_reject` decides x = 0 for 9,000 evenly spaced
+# uniforms u (it accepts when u·q(x) < p(x)), and `residual` is asked for its law.
 
 # %%
 p2, q2 = np.array([0.6, 0.4]), np.array([0.9, 0.1])
-claim(np.isclose(q2[0] * min(1, p2[0] / q2[0]), p2[0]), "the worked example gives P(0) = 0.6 = p(0)")
+u = (jnp.arange(9000) + 0.5) / 9000  # midpoints of 9,000 equal slices of [0, 1)
+taken = float(jnp.mean(accept_reject(u, jnp.float32(p2[0]), jnp.float32(q2[0]))))
+claim(np.isclose(taken, 2 / 3) and np.isclose(q2[0] * taken, p2[0]), f"accept_reject takes x = 0 "
+      f"for {taken:.4f} of the uniforms, so P(0) = .9 · {taken:.4f} = {q2[0] * taken:.2f} = p(0)")
 claim(np.allclose(np.asarray(residual(jnp.asarray(p2), jnp.asarray(q2))), [0.0, 1.0]),
       "its residual puts all its mass on token 1")
 
@@ -74,9 +78,15 @@ figure("04_output_law", stacked)
 # ## Now the real rule, 40,000 times
 #
 # `verify_row` with γ = 1: draw x from q, decide it, and keep the token that comes out (x if
-# accepted, else the residual's draw). A chi-square goodness-of-fit test against p with 4
-# degrees of freedom: if the rule is exact, a p-value below 1e-4 happens one run in 10,000,
-# which is this claim's false-failure probability.
+# accepted, else the residual's draw). Sampled counts almost never match N·p exactly, so how
+# far off is too far? The *chi-square goodness-of-fit test* answers that. It sums
+# (observed − expected)² / expected over the 5 tokens. If the rule is exact, that sum
+# follows a known law approximately for large N: the chi-square law with 5 − 1 = 4 degrees
+# of freedom. The test's p-value is the chance that an exact rule gives a sum at least this
+# large. We fail the claim only below 1e-4, so an exact rule fails it for about one seed in
+# 10,000: the claim's false-failure probability. A wrong rule shifts the expected counts, and
+# the sum grows with N.
+# Lesson 16 measures how large N must be to catch a given mistake.
 
 # %%
 N = 40_000
@@ -95,7 +105,8 @@ counts = np.bincount(np.asarray(out), minlength=5)
 pvalue = stats.chisquare(counts, N * p).pvalue
 table(f"{N:,} draws", ["token", "expected", "observed"],
       [[y, f"{N * p[y]:.0f}", counts[y]] for y in range(5)])
-console.print(f"acceptance rate {float(np.mean(n_acc)):.3f} (exactly Σ min(q, p) = {accepted.sum():.3f})")
+console.print(f"acceptance rate {float(np.mean(n_acc)):.3f} "
+              f"(expected: Σ min(q, p) = {accepted.sum():.3f})")
 claim(pvalue > 1e-4, f"the sampled tokens fit p (chi-square p-value {pvalue:.3f} > 1e-4)")
 claim(abs(float(np.mean(n_acc)) - accepted.sum()) < 4 * np.sqrt(0.25 / N),
       "the acceptance rate is Σ min(q, p), within 4 standard errors (false-failure "
@@ -106,4 +117,4 @@ claim(abs(float(np.mean(n_acc)) - accepted.sum()) < 4 * np.sqrt(0.25 / N),
 #
 # The draft only decides how often we are *lucky* (the acceptance rate, Σ min(q, p) = 0.55
 # here); the residual repairs every unlucky case so that the output is distributed exactly as
-# p. Lesson 05 breaks the rule in four tempting ways and measures the damage.
+# p. Lesson 06 breaks the rule in four tempting ways and measures the damage.

@@ -1,15 +1,19 @@
 """What the lessons share (lessons/): the shipped models, claims that fail loudly, bars.
 
 A lesson *asserts* what it teaches: `claim(ok, sentence)` prints the sentence with a ✓, or
-exits with status 1 and a ✗ — so a lesson that stops being true fails in `make test`, exactly
-as a learner would see it fail.
+prints it with a ✗ and stops the lesson — so a lesson that stops being true fails in `make
+test`, exactly as a learner would see it fail. On the command line it stops with exit status
+1; opened as a notebook (a Jupyter kernel), it raises ClaimFailed, which stops the notebook
+and leaves the kernel running.
 
 Figures: the terminal gets rich tables and bars; run a lesson with `--figures` and
 `figure(name, draw)` also writes runs/lessons/<name>.svg for a slide (matplotlib, the optional
-`figures` extra: `pip install -e '.[figures]'`; $NANOSPEC_FIGURES names another folder).
+`figures` extra: `pip install -e '.[figures]'`; $NANOSPEC_FIGURES names another folder). In a
+notebook, every figure is drawn inline instead.
 
 `python -m nanospec.teach [--figures]` (`make lessons`) runs every lesson in order, each as
-its own process exactly as a learner runs it, and prints how long each took.
+its own process exactly as a learner runs it, prints how long each took, and lists every
+lesson that failed.
 """
 
 import io
@@ -20,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 from rich.console import Console
 from rich.markup import escape
@@ -33,6 +38,10 @@ LESSONS = REPO / "lessons"
 FIGURES = Path(os.environ.get("NANOSPEC_FIGURES", REPO / "runs" / "lessons"))
 console = Console()
 compile_cache.enable()  # as the CLI does: a lesson run again loads its programs, not compiles
+# Full float32 matrix products, on GPUs too (JAX's default there is TF32, ~1e-3 relative
+# error): the lessons compare texts token for token, and allow them to part only at a
+# near-tie within float32's rounding (measure.positions.NEAR_TIE).
+jax.config.update("jax_default_matmul_precision", "highest")
 
 
 def shipped(*names: str):
@@ -41,12 +50,27 @@ def shipped(*names: str):
     return Bundle.load(SHIPPED, names or ("target", "draft"))
 
 
+class ClaimFailed(AssertionError):
+    """A lesson's claim did not hold here (raised in a notebook, where exiting would end the
+    kernel)."""
+
+
+def in_notebook() -> bool:
+    """True when the lesson runs in a Jupyter kernel rather than as a script."""
+    ipython = sys.modules.get("IPython")  # never imported here: a script has not loaded it
+    shell = ipython.get_ipython() if ipython is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
 def claim(ok: bool, sentence: str) -> None:
-    """Print the claim with ✓ if it holds; otherwise print it with ✗ and exit with status 1."""
+    """Print the claim with ✓ if it holds; otherwise print it with ✗ and stop the lesson:
+    exit status 1 on the command line, ClaimFailed in a notebook."""
     if ok:
         console.print(f"[green]✓[/] {escape(sentence)}")
         return
     console.print(f"[red]✗ not true here:[/] {escape(sentence)}")
+    if in_notebook():
+        raise ClaimFailed(f"not true here: {sentence}")
     sys.exit(1)
 
 
@@ -74,21 +98,31 @@ def table(title: str, columns: list[str], rows: list[list]) -> None:
 
 
 def figure(name: str, draw) -> None:
-    """With `--figures` on the lesson's command line, call `draw(ax)` on a fresh matplotlib
-    axes and write the figure to runs/lessons/<name>.svg (all or nothing); without it, do
-    nothing. Asked for without matplotlib installed: one sentence and exit status 2."""
-    if "--figures" not in sys.argv[1:]:
+    """Call `draw(ax)` on a fresh matplotlib axes: in a notebook, show the figure inline; with
+    `--figures` on the lesson's command line, write it to runs/lessons/<name>.svg (all or
+    nothing); otherwise do nothing. Without matplotlib: one sentence, and on the command line
+    exit status 2."""
+    inline = in_notebook()
+    if not inline and "--figures" not in sys.argv[1:]:
         return
     try:
         import matplotlib
-        matplotlib.use("Agg")
+        if not inline:
+            matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         console.print("--figures needs matplotlib: pip install -e '.[figures]'", markup=False)
+        if inline:
+            return
         sys.exit(2)
-    from nanospec.fileio import atomic_write
     fig, ax = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
     draw(ax)
+    if inline:
+        from IPython.display import display
+        display(fig)
+        plt.close(fig)
+        return
+    from nanospec.fileio import atomic_write
     buf = io.StringIO()
     fig.savefig(buf, format="svg")
     plt.close(fig)
@@ -104,21 +138,27 @@ def lesson_files() -> list[Path]:
 
 def run_all(flags: list[str]) -> int:
     """Run every lesson in order as a learner would; print and save (runs/lessons/timings.json)
-    how long each took. Stops at the first lesson that fails; its exit status is returned."""
+    how long each took. A lesson that fails does not stop the rest: every failure is listed
+    at the end, and the status is then 1."""
     from nanospec.fileio import atomic_write
-    seconds = {}
+    seconds, failed = {}, []
     for path in lesson_files():
         console.rule(path.name)
         start = time.perf_counter()
         code = subprocess.run([sys.executable, str(path), *flags], cwd=REPO).returncode
         seconds[path.name] = round(time.perf_counter() - start, 1)
         if code != 0:
-            console.print(f"[red]{path.name} failed (exit status {code}).[/]")
-            return code
-    table("lessons, wall time on this machine", ["lesson", "seconds", ""],
-          [[name, f"{s:.1f}", bar(s, 45, 30)] for name, s in seconds.items()])
+            console.print(f"[red]✗ {path.name} failed (exit status {code}); going on.[/]")
+            failed.append(path.name)
+    table("lessons, wall time on this machine", ["lesson", "seconds", "", "ok"],
+          [[name, f"{s:.1f}", bar(s, 45, 30), "✗" if name in failed else "✓"]
+           for name, s in seconds.items()])
     FIGURES.mkdir(parents=True, exist_ok=True)
     atomic_write(FIGURES / "timings.json", json.dumps(seconds, indent=1) + "\n")
+    if failed:
+        console.print(f"[red]{len(failed)} of {len(seconds)} lessons failed: "
+                      f"{', '.join(failed)}.[/]")
+        return 1
     return 0
 
 

@@ -41,6 +41,13 @@ from nanospec.speculative import check_gamma
 from nanospec.trace import metrics
 
 
+# A greedy text may part from another at T = 0 only where the target's top two logits are
+# within this: passes of different widths (one token, γ + 1, a whole text) sum in different
+# orders, ~1e-5 apart in float32, and at such a near-tie either token may win. The statistical
+# suite's bound (tests/statistical/test_greedy_identity.py); lesson 03 explains it.
+NEAR_TIE = 1e-3
+
+
 class TextFeatures(NamedTuple):
     """Prompts and their continuations, read by one uncached target pass."""
 
@@ -49,6 +56,7 @@ class TextFeatures(NamedTuple):
     lengths: np.ndarray  # (B,) tokens per row, prompt and continuation
     hidden: jax.Array  # (B, W, C) the target's feature at every position (what heads read)
     argmax: np.ndarray  # (B, W) the target's greedy choice of the token after each position
+    gap: np.ndarray  # (B, W) its top logit minus the runner-up's there: small = a near-tie
 
     def continuations(self) -> list[list[int]]:
         """Each row's tokens after its prompt."""
@@ -61,6 +69,32 @@ class TextFeatures(NamedTuple):
         return all((self.argmax[b, p - 1:n - 1] == self.seq[b, p:n]).all()
                    for b, (p, n) in enumerate(zip(self.prompt_lengths, self.lengths)))
 
+    def continuation_gaps(self) -> np.ndarray:
+        """The top-2 gap behind every continuation token, all rows in one flat array."""
+        return np.concatenate([self.gap[b, p - 1:n - 1]
+                               for b, (p, n) in enumerate(zip(self.prompt_lengths, self.lengths))])
+
+    def off_greedy(self) -> list[tuple[int, int, float]]:
+        """Every continuation token that is not the target's argmax, as (row, token index,
+        the top-2 gap there). At T = 0 each should be a near-tie (gap < NEAR_TIE)."""
+        return [(b, int(t), float(self.gap[b, p - 1 + t]))
+                for b, (p, n) in enumerate(zip(self.prompt_lengths, self.lengths))
+                for t in np.flatnonzero(self.argmax[b, p - 1:n - 1] != self.seq[b, p:n])]
+
+    def parted(self, outputs: list[list[int]]) -> list[tuple[int, int, float]]:
+        """Where each output first parts from this text's continuation (a greedy reference),
+        as (row, token index, the top-2 gap there; inf if one is cut short), for every row
+        that does. At T = 0 each should be a near-tie (gap < NEAR_TIE)."""
+        out = []
+        for b, (mine, ref) in enumerate(zip(outputs, self.continuations())):
+            if mine != ref:
+                t = next((i for i, (x, y) in enumerate(zip(mine, ref)) if x != y),
+                         min(len(mine), len(ref)))
+                cut = t >= min(len(mine), len(ref))
+                out.append((b, t, np.inf if cut else
+                            float(self.gap[b, self.prompt_lengths[b] - 1 + t])))
+        return out
+
 
 def text_features(graphdef, params, prompts: list[list[int]],
                   continuations: list[list[int]]) -> TextFeatures:
@@ -70,8 +104,10 @@ def text_features(graphdef, params, prompts: list[list[int]],
     seq = np.array([r + [0] * (W - len(r)) for r in rows], np.int32)  # (B, W)
     logits, hidden, _ = jax.jit(forward, static_argnums=0)(graphdef, params, seq,
                                                            np.arange(W)[None])
+    top2 = np.asarray(jax.lax.top_k(logits, 2)[0])  # (B, W, 2): best, runner-up
     return TextFeatures(seq, np.array([len(p) for p in prompts]), np.array([len(r) for r in rows]),
-                        hidden, np.asarray(jnp.argmax(logits, -1)))  # (B, W, V) -> (B, W)
+                        hidden, np.asarray(jnp.argmax(logits, -1)),  # (B, W, V) -> (B, W)
+                        top2[..., 0] - top2[..., 1])
 
 
 def greedy_text(bundle, method: str, prompts: list[list[int]], max_new: int,

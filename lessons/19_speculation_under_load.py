@@ -1,12 +1,12 @@
 # %% [markdown]
-# # Lesson 18 — Speculation under load
+# # Lesson 19 — Speculation under load
 #
 # **You will see** one request get the same tokens alone and in a crowd; a decode step get
 # cheaper per request as the batch grows; what a speculative round costs against a plain step
 # at 1 and at 16 busy slots, and the acceptance rate at which it breaks even; a cost model
 # choose γ from those measurements — and choose 0 on a machine where extra tokens cost full
-# price; four serving strategies timed side by side at 1 and 16 slots; and what shorter KV
-# caches do to all of it.
+# price; serving strategies timed side by side at 1 and 16 slots; and what shorter KV caches
+# do to all of it.
 #
 # **It explains** `nanospec/serving/engine.py` (`Engine`: `insert`, `step`, `probe`),
 # `nanospec/serving/adaptive.py` (`expected_tokens`, the policies `Goodput` and
@@ -14,9 +14,11 @@
 #
 # Speculative decoding trades compute for sequential steps: a round runs γ draft steps and
 # one target pass over γ+1 tokens, and emits E(α, γ) = (1 − α^{γ+1}) / (1 − α) tokens
-# (lesson 07) where plain decoding emits one. One request on an idle machine leaves compute
-# spare, so the extra work is nearly free (lesson 08). A serving engine decodes many requests
-# in one batch, and a busy batch has less compute to spare. Whether speculation still pays
+# (lesson 08) where plain decoding emits one. One request on an idle machine leaves compute
+# spare, so the extra work costs far less than the tokens it brings (nearly nothing on an
+# accelerator; on this CPU a γ = 4 round at 1 slot costs about 2 plain steps: lesson 09, and
+# chapter 3 below). A serving engine decodes many requests in one batch, and a busy batch has
+# less compute to spare. Whether speculation still pays
 # depends on the batch, on α and on the machine: so measure it, and choose γ step by step.
 
 # %%
@@ -32,8 +34,8 @@ bundle = shipped("target", "draft")
 tok = bundle.tok
 _, _, params = bundle.models["target"]
 prompts = [tok.encode_prompt(p) for p in workload_prompts("facts", 32)]
-GAMMA, NEW, T0 = 4, 20, 0.0  # drafts a round, new tokens a request, greedy (chapters 2–5)
-SLOTS, DISABLE_AT = (1, 16), 8  # the loads compared; vLLM's rule stops drafting at 8 requests
+GAMMA, NEW, T0 = 4, 20, 0.0  # drafts a round, new tokens a request, greedy (chapters 2–6)
+SLOTS, DISABLE_AT = (1, 16), 8  # the loads compared; our setting for vLLM's rule (chapter 5)
 at = lambda s: f"{s} slot" + "s" * (s > 1)  # at(1) = "1 slot", at(16) = "16 slots"
 
 # %% [markdown]
@@ -77,17 +79,18 @@ claim(alone == crowd, f"the request wrote the same {len(alone)} tokens alone and
 # The engine computes every slot every step (static shapes: nothing recompiles as requests come
 # and go), so a step costs what its slot count costs. `probe` fills every slot and times steps;
 # an engine without a policy answers {None: seconds}. Timing on a shared machine is noisy, so
-# each engine is probed five times in turn and the fastest probe is kept: a noisy neighbour
-# only ever adds time, so the fastest is the nearest to the step's own cost. The draft model,
-# run as a plain engine of its own, is timed beside the target: c = its step over the target's.
+# the engines are probed in turn, again and again, one timed step per γ each time, and the
+# fastest step is kept: a busy neighbour only ever adds time, so the fastest is the nearest to
+# the step's own cost. The draft model, run as a plain engine of its own, is timed beside the
+# target: c = its step over the target's.
 
 # %%
-def probed(engines, rounds, steps=4):
-    """{name: {γ: fastest seconds a step}} of `rounds` round-robin probes of `steps` steps."""
+def probed(engines, rounds):
+    """{name: {γ: the fastest step, in seconds}} of `rounds` round-robin probes."""
     seen = {name: [] for name in engines}
     for _ in range(rounds):
         for name, e in engines.items():
-            seen[name].append(e.probe(prompts[0], steps=steps, temperature=T0))
+            seen[name].append(e.probe(prompts[0], steps=1, temperature=T0))
     return {name: {g: min(p[g] for p in ps) for g in ps[0]}
             for name, ps in seen.items()}
 
@@ -96,24 +99,23 @@ ar = {s: engine_for(bundle, "ar", GAMMA, s, DISABLE_AT, prompts, T0) for s in SL
 dcfg, dgraph, dpar = bundle.models["draft"]
 small = Engine(Decoder(graphdef=dgraph, cfg=dcfg, eos_id=tok.eos_id), dpar, (), slots=16)
 step = {k: p[None] for k, p in probed({**{("target", s): ar[s] for s in SLOTS},
-                                        ("draft", 16): small}, rounds=5).items()}
+                                        ("draft", 16): small}, rounds=6).items()}
 table("one plain decode step, every slot busy", ["model", "slots", "ms a step", "ms per slot",
       ""], [[m, s, f"{1e3 * t:.1f}", f"{1e3 * t / s:.2f}", bar(t / s, step["target", 1], 20)]
             for (m, s), t in step.items()])
 per_slot = {s: step["target", s] / s for s in SLOTS}
 c = step["draft", 16] / step["target", 16]
 claim(per_slot[16] < per_slot[1], f"per slot, a target step at 16 slots cost "
-      f"{per_slot[16] / per_slot[1]:.2f}× one at 1 slot: the 16-slot step cost "
-      f"{step['target', 16] / step['target', 1]:.1f} one-slot steps, not 16")
+      f"{per_slot[16] / per_slot[1]:.2f}× one at 1 slot (asserted: less than 1×): the 16-slot "
+      f"step cost {step['target', 16] / step['target', 1]:.1f} one-slot steps, not 16")
 console.print(f"c = draft step / target step at 16 slots = {c:.3f}")
 
 # %% [markdown]
 # A step has a part that does not grow with its rows (reading the weights, dispatching the
 # program, the host's bookkeeping) and a part that does. One slot pays the first part for a
-# single token; sixteen share it. On this small CPU that shared part is modest; on an
-# accelerator it is most of a small batch's step, and the machine sits mostly idle. Speculation
-# spends the same spare capacity another way — more tokens per row instead of more rows — so
-# the two compete for it.
+# single token; sixteen share it. On an accelerator it is most of a small batch's step, and
+# the machine sits mostly idle. Speculation spends the same spare capacity another way — more
+# tokens per row instead of more rows — so the two compete for it.
 #
 # ## 3. What a speculative round costs against a plain step
 #
@@ -126,7 +128,9 @@ console.print(f"c = draft step / target step at 16 slots = {c:.3f}")
 
 # %%
 adaptive = {s: engine_for(bundle, "adaptive", GAMMA, s, DISABLE_AT, prompts, T0) for s in SLOTS}
-costs = probed(adaptive, rounds=3)
+costs = probed(adaptive, rounds=6)
+for s in SLOTS:  # each policy starts from these (a probe leaves it its own last, one-step costs)
+    adaptive[s].policy.costs = dict(costs[s])
 draft16 = engine_for(bundle, "draft", GAMMA, 16, DISABLE_AT, prompts, T0)
 closed_loop(draft16, [Request(p, NEW, T0, seed=i) for i, p in enumerate(prompts[:16])])
 alpha = draft16.acceptance.alpha
@@ -153,20 +157,21 @@ star = {s: break_even(ratio[s]) for s in SLOTS}
 for s in SLOTS:
     console.print(f"{at(s)}: a γ = 4 round costs {ratio[s]:.2f} plain steps; it breaks even "
                   f"at α* = {star[s]:.2f}; measured α̂ = {alpha:.2f}")
-claim(all(star[s] < alpha for s in SLOTS), f"on this CPU α̂ = {alpha:.2f} is above the "
-      f"break-even α* at 1 slot ({star[1]:.2f}) and at 16 slots ({star[16]:.2f}): γ = 4 pays at "
-      "both")
+claim(star[16] < alpha, f"with 16 slots busy, α̂ = {alpha:.2f} is above the break-even "
+      f"α* = {star[16]:.2f}: here a γ = 4 round still pays (at 1 slot, chapter 5 times it)")
 
 # %% [markdown]
 # Why the load should matter (`serving/adaptive.py`, docs/design.md §6): on a GPU a step for
 # a few rows is memory-bound — it reads every weight whether the pass holds 1 token or 5 — so
 # a (γ+1)-token pass costs hardly more than a 1-token one and the round costs little more
-# than its drafting. With many rows the pass becomes compute-bound, a (γ+1)-token pass costs
-# up to γ+1 one-token passes, the ratio climbs towards γ+1 = 5, and α* towards 1, where no
-# draft model is good enough. This small CPU model stays far below 5 at 16 slots — most likely
-# because what a step costs whatever its width (the weights, every row's cache, dispatch, the
-# host's bookkeeping) is still a large share of it. Which load shows the larger ratio changes
-# from run to run here: read the ratios above, not a rule.
+# than its drafting. With many rows the pass becomes compute-bound: the pass alone approaches
+# γ+1 = 5 plain steps and the drafts add γ·c more; once the ratio reaches γ+1, α* = 1 and no
+# draft model is good enough. On the 2-core CPU this lesson was written on, the ratio stayed
+# near 2 at 16 slots — most likely because what a step costs whatever its width (the weights,
+# every row's cache, dispatch, the host's bookkeeping) is still a large share of it. Which
+# load shows the larger ratio changed from run to run there, and a one-slot step, a few
+# milliseconds long, is the one a busy machine moves most (to 3.5 plain steps, α* = 0.82,
+# with the two cores shared three ways): read the ratios above, not a rule.
 #
 # ## 4. The cost model decides
 #
@@ -176,80 +181,78 @@ claim(all(star[s] < alpha for s in SLOTS), f"on this CPU α̂ = {alpha:.2f} is a
 # (γ+1) plain steps plus γ draft steps at this machine's c.
 
 # %%
-def goodput_rows(tables, slots):
-    return [[g, f"{expected_tokens(alpha, g):.2f}",
-             *(f"{s * expected_tokens(alpha, g) / t[g]:.0f}" for t, s in zip(tables, slots))]
-            for g in gammas]
-
-
 choice = {s: Goodput(gammas=tuple(gammas), costs=dict(costs[s])).choose(s, draft16.acceptance)
           for s in SLOTS}
 plain = costs[16][0]
 bound = {g: ((g + 1) + g * c) * plain for g in gammas}  # the assumption, in seconds
 chose_bound = Goodput(gammas=tuple(gammas), costs=bound).choose(16, draft16.acceptance)
+columns = ((costs[1], 1), (costs[16], 16), (bound, 16))  # (a cost table, its slots)
 table(f"tokens/s by the cost model, slots × E(α̂, γ) / cost(γ), α̂ = {alpha:.2f}",
       ["γ", "E(α̂, γ)", "1 slot, measured", "16 slots, measured",
        "16 slots, compute-bound (assumed)"],
-      goodput_rows([costs[1], costs[16], bound], [1, 16, 16]))
+      [[g, f"{expected_tokens(alpha, g):.2f}",
+        *(f"{s * expected_tokens(alpha, g) / t[g]:.0f}" for t, s in columns)] for g in gammas])
 console.print(f"Goodput chooses γ = {choice[1]} at 1 slot, γ = {choice[16]} at 16 slots, and "
               f"γ = {chose_bound} on the compute-bound table")
-claim(choice[1] > 0 and choice[16] > 0, "with this machine's costs the policy drafts at both "
-      f"loads (γ = {choice[1]} and γ = {choice[16]})")
-claim(chose_bound == 0, "on the compute-bound table it decodes plainly (γ = 0): there a "
-      "round's E(α̂, γ) tokens, fewer than γ+1, cost more than γ+1 plain steps, for any α̂ < 1")
 
 # %% [markdown]
-# The decision needs no rule of thumb about batch sizes, only two measurements the engine
-# makes for itself: what each γ costs here (probed at start-up, then the trimmed mean of
-# recent steps) and α̂ (the last ~20 steps' rounds). vLLM's `disable_by_batch_size` instead stops
-# drafting at a fixed number of running requests, whatever the acceptance and the machine.
+# With the measured costs it drafts wherever α̂ is above α*: at 16 slots, as chapter 3 found.
+# The compute-bound table's γ = 0 is built in, not found: there a round's E(α̂, γ) tokens,
+# fewer than γ+1 for any α̂ < 1, cost more than γ+1 plain steps. It shows the same policy
+# turning drafting off where drafting cannot pay. The decision needs no rule of thumb about
+# batch sizes, only two measurements the engine makes for itself: what each γ costs here
+# (probed at start-up, then the trimmed mean of recent steps) and α̂ (the last ~20 steps'
+# rounds). vLLM's `disable_by_batch_size` instead stops drafting once the running requests
+# reach a number the user sets, whatever the acceptance and the machine.
 #
 # ## 5. The crossover, measured
 #
 # Closed loop (`closed_loop`): every slot busy, a finished request's slot taken at once by
-# the next, until all are served (8 requests at 1 slot, 16 at 16); `measure` runs the
-# strategies in turn, twice, and keeps the median. Output tokens per second, greedy, facts
-# prompts, 20 new tokens a request: `ar` (plain), `draft` (γ = 4 always), `adaptive`
-# (Goodput over γ ∈ {0, 1, 2, 4}) and `disable` (vLLM's rule: γ = 4 below 8 running
-# requests, plain from there).
+# the next, until all are served; `measure` runs the strategies in turn, loop after loop, and
+# keeps each one's median. Short loops taking turns see the machine alike: at 1 slot, 2
+# requests a loop and five loops each; at 16 slots, 16 requests and three loops. Output tokens
+# per second, greedy, facts prompts, 20 new tokens a request: `ar` (plain), `draft` (γ = 4
+# always), `adaptive` (Goodput over γ ∈ {0, 1, 2, 4}) and `disable` (vLLM's rule with the
+# threshold we set, 8: γ = 4 below 8 running requests, plain from there; at 1 slot it
+# always drafts, as `draft` does, so it runs at 16 only).
 
 # %%
-STRATEGIES = ("ar", "draft", "adaptive", "disable")
 rows = {}
 for s in SLOTS:
-    engines = {"ar": ar[s], "adaptive": adaptive[s],
-               **{m: draft16 if (m, s) == ("draft", 16) else
-                  engine_for(bundle, m, GAMMA, s, DISABLE_AT, prompts, T0)
-                  for m in ("draft", "disable")}}
-    engines = {m: engines[m] for m in STRATEGIES}
-    requests = [Request(prompts[i % len(prompts)], NEW, T0, seed=i) for i in range(max(8, s))]
-    rows[s] = measure(engines, requests, repeats=2)
-tps = {(s, m): rows[s][m]["tokens_per_s"] for s in SLOTS for m in STRATEGIES}
+    engines = {"ar": ar[s], "draft": draft16 if s == 16 else
+               engine_for(bundle, "draft", GAMMA, s, DISABLE_AT, prompts, T0),
+               "adaptive": adaptive[s]}
+    if s >= DISABLE_AT:
+        engines["disable"] = engine_for(bundle, "disable", GAMMA, s, DISABLE_AT, prompts, T0)
+    n, loops = {1: (2, 5), 16: (16, 3)}[s]  # requests a loop, loops per strategy
+    rows[s] = measure(engines, [Request(prompts[i], NEW, T0, seed=i) for i in range(n)], loops)
+tps = {(s, m): row[m]["tokens_per_s"] for s, row in rows.items() for m in row}
 fixed = {"ar": "plain", "draft": f"{GAMMA} always"}
 table(f"closed loop: output tokens/s, {NEW} tokens a request (× = over ar)",
       ["slots", "strategy", "tokens/s", "× ar", "steps at each γ", ""],
       [[s, m, f"{tps[s, m]:.0f}", f"{tps[s, m] / tps[s, 'ar']:.2f}",
         fixed.get(m) or gamma_mix(rows[s][m]["gamma_share"]), bar(tps[s, m], max(tps.values()),
                                                                   12)]
-       for s in SLOTS for m in STRATEGIES])
+       for s, m in tps])
 
 # %% [markdown]
 # These are lower than chapter 4's numbers, which count decode steps only: here every request
 # is prefilled (one at a time, at batch 1) and, in the three engines that can draft, so is the
 # draft model (`disable` pays that even when it never drafts) — a large share of 20 tokens a
-# request. A closed loop of 8 or 16 short requests is a small sample on a shared machine, so
-# the claims below keep to what holds with room to spare.
+# request. A few short loops are a small sample on a shared machine: the claims below keep
+# to what holds with room to spare.
 
 # %%
 better = {s: max(tps[s, "ar"], tps[s, "draft"]) for s in SLOTS}
 claim(tps[1, "draft"] > 1.1 * tps[1, "ar"], f"alone (1 slot), speculation served "
-      f"{tps[1, 'draft'] / tps[1, 'ar']:.2f}× the tokens/s of plain decoding (asserted: 1.1×)")
+      f"{tps[1, 'draft'] / tps[1, 'ar']:.2f}× the tokens/s of plain decoding (asserted: over "
+      "1.1×)")
 claim(all(tps[s, "adaptive"] > 0.6 * better[s] for s in SLOTS), "adaptive reached "
       + " and ".join(f"{tps[s, 'adaptive'] / better[s]:.0%} ({at(s)})" for s in SLOTS)
       + " of the better of ar and draft (asserted: above 60%)")
-share = rows[16]["disable"]["gamma_share"]
-claim(share == {"0": 1.0}, "at 16 slots vLLM's rule took every step at γ = 0, though α̂ was "
-      f"{alpha:.2f}: it counts requests, not the acceptance or the cost")
+mix = gamma_mix(rows[16]["disable"]["gamma_share"])
+console.print(f"at 16 slots vLLM's rule took its steps at γ {mix}, though α̂ = {alpha:.2f}: "
+              f"16 running requests are past the {DISABLE_AT} we set")
 
 # %% [markdown]
 # ## 6. What the cache costs
@@ -259,29 +262,29 @@ claim(share == {"0": 1.0}, "at 16 slots vLLM's rule took every step at γ = 0, t
 # empty. vLLM's `--max-model-len` caps prompt and completion together; here `max_len` sizes
 # every slot's cache to it (`nanospec serve --max-model-len 80`). The adaptive engine at 16
 # slots again, and one whose caches hold 80 tokens, probed in turn (side by side, so that both
-# see the same machine):
+# see the same machine). What a cache costs depends on the machine — on a GPU, reading 16
+# caches of 256 tokens is next to nothing — so this chapter prints; it asserts nothing.
 
 # %%
 short = engine_for(bundle, "adaptive", GAMMA, 16, DISABLE_AT, prompts, T0, max_len=80)
-both = probed({"whole": adaptive[16], "short": short}, rounds=3, steps=8)
+both = probed({"whole": adaptive[16], "short": short}, rounds=4)
 whole, cut = both["whole"], both["short"]
 table("a step at 16 slots: caches for the whole context (256) or for 80 tokens",
       ["γ", "ms, 256", "ms, 80", "× plain, 256", "× plain, 80"],
       [[g, f"{1e3 * whole[g]:.1f}", f"{1e3 * cut[g]:.1f}", f"{whole[g] / whole[0]:.2f}",
         f"{cut[g] / cut[0]:.2f}"] for g in gammas])
-claim(cut[0] < 0.8 * whole[0], f"with caches for 80 tokens a plain step at 16 slots cost "
-      f"{cut[0] / whole[0]:.2f}× one with caches for the whole context")
-claim(cut[GAMMA] / cut[0] > whole[GAMMA] / whole[0], f"and a γ = {GAMMA} round cost more "
-      f"plain steps: {cut[GAMMA] / cut[0]:.2f} against {whole[GAMMA] / whole[0]:.2f}, so it "
-      f"breaks even at α* = {break_even(cut[GAMMA] / cut[0]):.2f}, not "
-      f"{break_even(whole[GAMMA] / whole[0]):.2f}")
+r80, r256 = cut[GAMMA] / cut[0], whole[GAMMA] / whole[0]
+console.print(f"on this machine, caches for 80 tokens made a plain step at 16 slots "
+              f"{cut[0] / whole[0]:.2f}× as long, and a γ = {GAMMA} round {r80:.2f} plain steps "
+              f"against {r256:.2f} (α* = {break_even(r80):.2f} against {break_even(r256):.2f})")
 
 # %% [markdown]
 # Reading a row's cache costs the same whether the row brings 1 token or γ+1: a round spreads
 # it over E(α, γ) tokens, a plain step over one. Make the caches short and that shared cost
 # shrinks, more of the step is arithmetic on the tokens themselves, and the extra tokens of a
-# round cost more. The probes are 8 steps long here, not 4 as in chapter 3: at 16 slots the
-# difference is small enough that shorter probes do not always show it. The full sweep
+# round cost more. At 16 slots on a 2-core CPU that last effect is within a probe's noise
+# (2.01 → 2.35 plain steps in one run, none or the reverse in others), while the plain step
+# itself fell by 40–60% in most runs; at 64 slots both are plain. The full sweep
 # (docs/results.md, "Speculation under load"): with caches for 80 tokens, plain decoding's
 # tokens/s at 64 slots roughly triples and speculation's edge falls from ~1.5× to ~1.05×.
 # Conversely, with long contexts the cache is most of a step, and speculation pays even at
@@ -290,10 +293,11 @@ claim(cut[GAMMA] / cut[0] > whole[GAMMA] / whole[0], f"and a γ = {GAMMA} round 
 # ## What to take away
 #
 # Speculation is not free: it buys fewer sequential steps with extra passes and drafts, and
-# what those cost depends on how busy the machine already is. On this CPU, with this pair of
-# models, the measured costs said a γ = 4 round still pays at 16 slots, so the cost model kept
-# drafting, while vLLM's rule stopped at 8 requests without asking. Where a busy batch makes
-# the ratio climb towards γ+1 (a GPU at large batch, or short caches), the same cost model
+# what those cost depends on how busy the machine already is. On this machine, with this
+# pair of models, the measured costs said a γ = 4 round still pays at 16 slots, so the cost
+# model kept drafting, while vLLM's rule, at the threshold of 8 requests we gave it, stopped
+# without asking. Where a busy batch makes the ratio climb towards γ+1 (a GPU at large batch;
+# short caches push the same way, here only to about 2 plain steps), the same cost model
 # turns drafting off (chapter 4's last column). Don't guess which case you are in: probe the
 # step costs, track α̂, and let E(α̂, γ) / cost(γ) choose. The full sweep, 1 to 64 slots, is
 # `python -m nanospec.measure.crossover`; its tables are in docs/results.md ("Speculation

@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Lesson 17 — SSD is still exact
+# # Lesson 18 — SSD is still exact
 #
-# **You will see** speculative speculative decoding (lesson 16) run 4,000 times on tiny random
+# **You will see** speculative speculative decoding (lesson 17) run 4,000 times on tiny random
 # models whose exact output law can be enumerated, fit that law at T = 1 with hits and misses
 # mixed — and a broken SSD, one that judges a miss the way the paper's reference code does
 # outside JIT, rejected by the same test.
@@ -14,7 +14,7 @@
 # round being verified. So given the outcome, the branch that matches it holds a fresh sample
 # from the law q stored with it, and the verify rule is exact for drafts from any law it is
 # told (lesson 04). A miss's backup drafts are judged the same way. Greedy, that means SSD's
-# text is the target's greedy text (lesson 16 checks it); at T > 0 it is a claim about a law.
+# text is the target's greedy text (lesson 17 checks it); at T > 0 it is a claim about a law.
 
 # %%
 import jax
@@ -41,7 +41,7 @@ T1 = SamplingParams.make(1.0)
 # We test the law as the suite does (tests/statistical/test_ssd.py): on tiny random
 # models with V = 5, where every 4-token continuation can be enumerated (5⁴ = 625 of them)
 # and the target's exact law computed; 4,000 runs of the real SSD loop (γ = 3, one branch per
-# k), a chi-square test as in lesson 15. Then the same test on a broken SSD that judges misses
+# k), a chi-square test as in lesson 16. Then the same test on a broken SSD that judges misses
 # as the paper's reference code does outside JIT: accept a draft iff it is the target's argmax,
 # else sample from p. Right when p is one-hot (greedy), wrong at T = 1 — and every row's first
 # round is a miss. (The right loop's TV from the law is not 0 either: 4,000 runs spread over
@@ -115,4 +115,7 @@ claim(pv_b < 1e-12, f"judging misses by the argmax is caught: p-value {pv_b:.1g}
 #
 # SSD changes where drafts come from, never how they are judged. A test of the output law
 # needs no knowledge of the cache: it compares what the loop writes with what the target
-# alone would, and a rule that treats hits and misses differently shows up there.
+# alone would, and a rule that is inexact on hits or on misses shows up there. A cache bug
+# that keeps the law — a branch looked up by k alone, test_ssd.py's case (c) — does not: its
+# drafts are still judged against the law they came from, so only acceptance drops, and
+# test_ssd.py catches it there.

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Lesson 10 — Prompt lookup: drafting by copying
+# # Lesson 11 — Prompt lookup: drafting by copying
 #
 # **You will see** prompt lookup find the last few tokens of a text earlier in the same text
 # and propose what followed them there; then the loop drafting that way on text that repeats
@@ -26,6 +26,7 @@ import numpy as np
 from nanospec.decode import make_loop
 from nanospec.drafters import lookup
 from nanospec.generate import pad_prompts
+from nanospec.measure.positions import NEAR_TIE, text_features
 from nanospec.measure.workloads import workload_prompts
 from nanospec.rounds import generated
 from nanospec.sampling import GREEDY
@@ -80,13 +81,18 @@ claim(drafts == ids[first + 1:first + 1 + GAMMA],
 # (`measure/workloads.py`, cut from documents the models never trained on): *repetitive*
 # (tables read back, drills, quotes: the continuation is already in the prompt), *code* and
 # *facts* (prose about countries). A round whose last token never occurred before proposes
-# nothing: its target pass is an ordinary one-token decode step. In the table, *no match*
-# counts those rounds, and *accept rate* is the share of the proposed drafts that were kept.
+# nothing: the verify rule draws that row's one token from the target's p, as a decode step
+# does (and when no row of the batch matched, the pass itself is a one-token decode step,
+# `speculative.target_pass`). In the table, *passes* counts rounds per row, one target pass
+# each for that row (the 12 rows share batched passes, so fewer run; the prompt's own pass
+# aside), *no match* counts the rounds that proposed nothing (and their share), and *accept
+# rate* is the share of the proposed drafts that were kept.
 
 # %%
 kinds = ("repetitive", "code", "facts")
 prompts = {k: workload_prompts(k, 4) for k in kinds}
-tokens, lengths = pad_prompts([tok.encode_prompt(p) for k in kinds for p in prompts[k]], cfg.n_ctx)
+rows_ids = [tok.encode_prompt(p) for k in kinds for p in prompts[k]]
+tokens, lengths = pad_prompts(rows_ids, cfg.n_ctx)
 loop, dparams = make_loop(bundle, "ngram", GAMMA)
 state, stats = loop.run(params, dparams, tokens, lengths, jax.random.key(0), GREEDY, N)
 spec = generated(state, lengths)
@@ -96,13 +102,15 @@ for i, k in enumerate(kinds):
     m = metrics(np.asarray(stats.hist[r]).sum(0).tolist(), sum(map(len, spec[r])),
                 int(stats.drafted[r].sum()))
     per_pass[k] = m["tokens_per_target_call"]
-    rows.append([k, m["generated_tokens"], m["rounds"], m["rounds"] - m["drafted"] // GAMMA,
+    unmatched = m["rounds"] - m["drafted"] // GAMMA  # a round drafts all γ or nothing
+    rows.append([k, m["generated_tokens"], m["rounds"],
+                 f"{unmatched} ({unmatched / m['rounds']:.0%})",
                  f"{m['acceptance_rate']:.2f}", f"{per_pass[k]:.2f}",
                  bar(per_pass[k], GAMMA + 1, 10)])
 table(f"prompt lookup, γ = {GAMMA}, T = 0 (4 prompts each)",
       ["workload", "tokens", "passes", "no match", "accept rate", "tokens / pass", ""],
       rows)
-figure("10_prompt_lookup", lambda ax: (ax.bar(kinds, [per_pass[k] for k in kinds]),
+figure("11_prompt_lookup", lambda ax: (ax.bar(kinds, [per_pass[k] for k in kinds]),
                                        ax.set_ylabel("tokens per target pass"),
                                        ax.set_title(f"prompt lookup, γ = {GAMMA}, T = 0")))
 
@@ -116,20 +124,29 @@ claim(per_pass["repetitive"] >= 1.5 * others,
 # ## Still exact: the text of greedy decoding
 #
 # Copying decides only how many tokens a pass yields, never which: autoregressive greedy
-# decoding on the same 12 prompts writes the same tokens.
+# decoding on the same 12 prompts writes the same tokens. (In exact arithmetic; in float32 a
+# near-tie could part the two texts, as lesson 03 explains, and the check allows that as the
+# test suite does: only where the target's top two logits are within 1e-3.)
 
 # %%
 ar, _ = make_loop(bundle, "ar")
 ar_state, _ = ar.run(params, (), tokens, lengths, jax.random.key(0), GREEDY, N)
-claim(generated(ar_state, lengths) == spec,
-      f"prompt lookup wrote exactly the greedy text on all {len(spec)} prompts")
+parted = text_features(graphdef, params, rows_ids, generated(ar_state, lengths)).parted(spec)
+for row, t, gap in parted:  # float32 only: texts may part where the top two logits (nearly) tie
+    console.print(f"prompt {row} parts at token {t}: top-2 logit gap {gap:.1e}")
+claim(all(gap < NEAR_TIE for _, _, gap in parted),
+      f"prompt lookup wrote exactly the greedy text on {len(spec) - len(parted)} of {len(spec)} "
+      f"prompts{', and the rest part only at near-ties' if parted else ''}")
 
 # %% [markdown]
 # ## What to look at
 #
-# The "no match" column: on code and facts most rounds find nothing to copy, and those that
-# do copy are mostly wrong, so a pass yields little more than one token (it costs almost
-# nothing either: `nanospec bench` shows prompt lookup's drafting cost as timing noise). On
+# The "no match" column: on code and facts a large share of the rounds find nothing to copy
+# (here over half, in a short run of 4 prompts × 48 tokens; `nanospec bench` in
+# docs/results.md, 8 prompts × 128 tokens at γ = 2 to 15, measured 42–49% on code and 36–46%
+# on facts, against 18–29% on repetitive text), and the drafts of those that do copy are
+# mostly rejected, so a pass yields little more than one token (drafting costs almost nothing
+# either: `nanospec bench` shows prompt lookup's drafting cost as timing noise). On
 # repetitive text the continuation is sitting in the prompt, and copying it is nearly free
-# speed. A learned drafter (lessons 11–13) guesses everywhere; this one only where it has seen
+# speed. A learned drafter (lessons 12–14) guesses everywhere; this one only where it has seen
 # the answer.

@@ -1,9 +1,10 @@
 # %% [markdown]
-# # Lesson 06 — The whole loop: bonus token, rollback, the cache invariant
+# # Lesson 07 — The whole loop: bonus token, rollback, the cache invariant
 #
-# **You will see** the reference loop and the fast loop object write the same tokens at
-# T = 1, round by round, with the bonus tokens and the rejected drafts pointed out; and the
-# fast loop's KV cache holding exactly what it should after every round.
+# **You will see** a speculative run at T = 1 round by round, with the bonus tokens and the
+# rejected drafts pointed out; the reference loop and the fast loop object write the same
+# tokens; and the fast loop's KV cache at the right length after every round, and at the end
+# the same keys and values as a fresh pass.
 #
 # **It explains** `nanospec/speculative.py` (`Speculator`: prefill / draft / verify / commit
 # / step / run), `nanospec/rounds.py` (its two drivers) and `nanospec/cache.py` (rollback).
@@ -38,12 +39,16 @@ loop = Speculator(graphdef=graphdef, cfg=cfg, drafter=drafter, gamma=GAMMA, eos_
 
 # %% [markdown]
 # ## Round by round (the step-wise driver)
+#
+# ★ marks a bonus token, ↻ the residual's draw. A round emits its accepted drafts and that
+# token, except where the run ends: the last round stops at N tokens (or EOS), whatever it drew.
 
 # %%
-rows, last, invariant = [], None, True
+rows, counts, last, invariant = [], [], None, True
 for r, rnd in enumerate(loop.rounds(params, dparams, tokens, lengths, jax.random.key(SEED), T1, N)):
     t, v = rnd.trace, rnd.trace.verdict
     n, k = int(v.n_accepted[0]), int(rnd.trace.n_emitted[0])
+    counts.append((n, k))  # drafts accepted, tokens emitted
     drafts = [tok.token_str(int(x)) for x in t.drafts[0]]
     rows.append([r + 1, " ".join(repr(d) for d in drafts[:n]) or "—",
                  repr(drafts[n]) if n < GAMMA else "—",
@@ -80,11 +85,17 @@ claim(reference == fast, f"the reference loop and the loop object wrote the same
 # %%
 n = int(state.cache.length[0])
 _, _, fresh = forward(graphdef, params, state.seq[:, :n], np.arange(n)[None])
-gap = max(float(np.max(np.abs(np.asarray(state.cache.k[i][0, :n]) - np.asarray(fresh.k[i][0]))))
+gap = max(float(np.max(np.abs(np.asarray(mine[i][0, :n]) - np.asarray(theirs[i][0]))))
+          for mine, theirs in ((state.cache.k, fresh.k), (state.cache.v, fresh.v))
           for i in range(cfg.n_layer))
 hist = [int(x) for x in stats.hist[0]]
-console.print(f"rounds by drafts accepted: {hist}; bonus tokens: {hist[GAMMA]}")
+console.print(f"rounds by drafts accepted: {hist}; rounds that accepted all {GAMMA} and drew "
+              f"a bonus: {hist[GAMMA]}")
 claim(n == int(state.length[0]) - 1, "the cache holds every committed token but the last")
-claim(gap < 1e-3, f"its keys equal a fresh pass over the text (largest difference {gap:.1e})")
-claim(sum((k + 1) * c for k, c in enumerate(hist)) >= len(fast),
-      "every round emitted its accepted drafts plus one token (the last one maybe cut short)")
+claim(gap < 1e-3, f"its keys and values equal a fresh pass over the text (largest difference "
+                  f"{gap:.1e})")
+(n_last, k_last), full = counts[-1], all(k == n + 1 for n, k in counts[:-1])
+last_one = f"the last cut to {k_last} of its {n_last + 1}" if k_last <= n_last else "the last too"
+claim(full and k_last <= n_last + 1 and sum(k for _, k in counts) == len(fast),
+      f"the 'emitted' column adds up to the {len(fast)} tokens written: accepted + 1 in every "
+      f"round, {last_one}")

@@ -1,12 +1,14 @@
 # %% [markdown]
-# # Lesson 05 — Wrong ways to speculate
+# # Lesson 06 — Wrong ways to speculate
 #
 # **You will see** four tempting simplifications of the verify rule, each one's output law
 # computed exactly, and how far it drifts from the target's law p (total-variation distance).
 # Then the real rule and one broken rule are sampled and put through the same chi-square test.
 #
 # **It explains** why `nanospec/verify.py` is written exactly as it is, and what
-# `tests/statistical/test_power.py` checks: that the tests would catch each of these.
+# `tests/statistical/test_power.py` checks: that the law tests catch such mistakes injected
+# into the real loop — two of these four among them (a residual replaced by p, and a draft
+# sampled at one temperature but reported at another), beside others of rollback and bonus.
 #
 # One drafted token, as in lesson 04. The draft *samples* x from a law s and *reports* a law r
 # to the rule (they should be the same q). The rule accepts x with probability a(x) and, after
@@ -47,25 +49,43 @@ ways = {
 }
 
 # %%
-table("the law of the emitted token, and its distance from p",
-      ["rule", *[f"P({y})" for y in range(5)], "TV from p", ""],
-      [[name, *(f"{x:.3f}" for x in law), f"{tv(law, p):.3f}", bar(tv(law, p), 0.4, 10)]
+table("the law of the emitted token, and its distance from p (TV)",
+      ["rule", *[f"P({y})" for y in range(5)], "TV", ""],
+      [[name, *(f"{x:.3f}" for x in law), f"{tv(law, p):.3f}", bar(tv(law, p), 0.4, 8)]
        for name, law in ways.items()])
 console.print(f"the target p: {'  '.join(f'{x:.3f}' for x in p)}")
 
 # %% [markdown]
 # ## Why each one is wrong
 #
-# - **accept iff p ≥ q** (accept when p(x) ≥ q(x), else reject) turns a probability min(1, p/q) into a coin that always lands the
-#   same way: tokens the draft over-proposes (q > p) are never accepted, though p(y) of them
-#   should come out, and the residual alone cannot make up for it.
-# - **resample from p** counts p twice: the mass min(q, p) already arrived by acceptance,
-#   and drawing from p adds it again; the residual max(0, p − q) is exactly what is missing.
+# - **accept iff p ≥ q** (accept when p(x) ≥ q(x), else reject) turns a probability
+#   min(1, p/q) into a coin that always lands the same way: tokens the draft over-proposes
+#   (q > p) are never accepted, though p(y) of them should come out, and the residual
+#   max(0, p − q) is zero on exactly those tokens, so it cannot make up for it.
+# - **resample from p** ignores what acceptance already delivered: acceptance gives each
+#   token min(q, p), so after a rejection only the shortfall max(0, p − q) may be drawn.
+#   Drawing from p instead gives every token another share of p: too much of what the draft
+#   over-proposes (token 1: .250 → .362) and too little of the rest.
 # - **q at the wrong temperature**: exactness needs the q in the ratio to be the law x was drawn
-#   from. A draft sampled at T = 1 but reported at T = 0.5 is over-trusted where it is sure.
+#   from. A draft sampled at T = 1 but reported at T = 0.5 says it is surer than it was where it
+#   is sure (token 1: it reports .64 for the .45 it drew with), so p/q there is smaller and the
+#   draft is *under*-trusted: token 1 is accepted less often and comes out less often than p
+#   says. Where it is unsure it reports less than it drew with, and is over-trusted: token 4 is
+#   now always accepted, and comes out more than twice as often as p says.
 # - **no resampling** (accept, or emit nothing) makes the round emit nothing on a rejection:
-#   what does come out is
-#   biased towards what both models like.
+#   what does come out is biased towards what both models like.
+
+# %%
+a_right, a_wrong = np.minimum(1, p / q), np.minimum(1, p / q_cold)
+wrong_t = ways["q at wrong T"]
+table("q at the wrong T, token by token (a: the chance of acceptance)",
+      ["y", "p(y)", "q drawn", "q reported", "a right", "a wrong", "P(y) wrong"],
+      [[y, f"{p[y]:.2f}", f"{q[y]:.2f}", f"{q_cold[y]:.3f}", f"{a_right[y]:.3f}",
+        f"{a_wrong[y]:.3f}", f"{wrong_t[y]:.3f}"] for y in range(5)])
+claim(a_wrong[1] < a_right[1] and wrong_t[1] < p[1] and wrong_t[4] > p[4],
+      f"reported at T = 0.5, the sure token 1 is accepted less ({a_right[1]:.3f} → "
+      f"{a_wrong[1]:.3f}) and comes out less ({p[1]:.3f} → {wrong_t[1]:.3f}); the unsure "
+      f"token 4 comes out more ({p[4]:.3f} → {wrong_t[4]:.3f})")
 
 # %%
 exact = ways.pop("verify rule")

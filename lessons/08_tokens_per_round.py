@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Lesson 07 — How many tokens per round
+# # Lesson 08 — How many tokens per round
 #
 # **You will see** the shipped draft model speculate on 16 code prompts at γ = 2 and 8, T = 0
 # and T = 1: the tokens a round emits on average, measured, beside what a single number
@@ -10,7 +10,7 @@
 # α and E behind `nanospec bench`'s predictions) and `RoundStats` in `nanospec/rounds.py`
 # (the counters they are computed from).
 #
-# A round that accepts k of its γ drafts emits k + 1 tokens (lesson 06). Suppose every draft
+# A round that accepts k of its γ drafts emits k + 1 tokens (lesson 07). Suppose every draft
 # is accepted with the same probability α, whatever happened before it: the *i.i.d. model*.
 # Then draft i is reached and accepted with probability α^i, and each accepted draft adds one
 # token to the one the target always adds:
@@ -45,20 +45,23 @@ console.print(f"{len(prompts)} prompts like {prompts[0][:50]!r}…, {N} new toke
 # %% [markdown]
 # ## The formula, both ways
 #
-# `expected_tokens` sums the series; the closed form must agree with it everywhere.
+# `expected_tokens` sums the series; the closed form is the same sum (multiply it by 1 − α and
+# every term but the first and the last cancels). At α = 0.8, γ = 4: 1 + 0.8 + 0.64 + 0.512
+# + 0.4096 = 3.3616 = (1 − 0.32768) / 0.2.
 
 # %%
 gap = max(abs(expected_tokens(a, g) - (1 - a ** (g + 1)) / (1 - a))
           for a in np.linspace(0, 0.99, 100) for g in range(1, 17))
-claim(gap < 1e-9, f"1 + α + … + α^γ = (1 − α^(γ+1)) / (1 − α) for 100 values of α in "
-      f"[0, 0.99] and γ = 1..16 (largest difference {gap:.0e})")
+console.print(f"expected_tokens(0.8, 4) = {expected_tokens(0.8, 4):.4f}; against the closed "
+              f"form, for 100 α in [0, 0.99] and γ = 1..16, the largest difference is {gap:.0e}")
 
 # %% [markdown]
 # ## Predicted against measured
 #
 # One `Speculator.run` per γ and temperature, all 16 prompts as one batch, EOS off so every
 # row writes all N tokens. `RoundStats.hist` counts the rounds by how many drafts they
-# accepted; everything below is computed from it. (Temperature is traced, so each γ
+# accepted; everything below is computed from it. (A row's last round is counted at the
+# k + 1 tokens it produced, though N may cut it short. Temperature is traced, so each γ
 # compiles once.)
 
 # %%
@@ -86,8 +89,6 @@ table("tokens per round: the i.i.d. model against the rounds",
 
 # %%
 worst = max(abs(e) for e in errors.values())
-claim(min(measured.values()) >= 1, "every round emits at least one token: the measured mean "
-      f"is ≥ 1 in every run (smallest {min(measured.values()):.2f})")
 claim(worst < 0.10, f"the i.i.d. prediction is within {worst:.1%} of the measured tokens per "
       "round in all four runs (asserted: within 10%)")
 
@@ -122,18 +123,22 @@ def draw(ax):
     ax.legend()
 
 
-figure("07_acceptance_by_position", draw)
+figure("08_acceptance_by_position", draw)
 
 # %% [markdown]
-# Draft 1 stands out. Every round's first draft follows a token the target chose itself — and
-# after a rejection, that token is one the draft just got wrong: hard tokens come in runs (a
-# number, a name), so the draft stays wrong more often than α says. Once a draft is accepted,
-# the next one is in easier text. (`nanospec generate --method draft --show` prints the
-# rounds one by one: watch what follows a rejection.)
+# Draft 1 stands out. A likely reason (this lesson does not measure it): every round's first
+# draft follows a token the target chose itself — and after a rejection, that token is one
+# the draft just got wrong: hard tokens come in runs (a number, a name), so the draft stays
+# wrong more often than α says, and once a draft is accepted, the next one is in easier text.
+# Or simply some prompts are harder than others: rounds that reach the later drafts come
+# mostly from the easy ones. Either way one α does not describe every draft. (`nanospec
+# generate --method draft --show` prints the rounds one by one: watch what follows a
+# rejection.)
 #
-# The z-statistic compares draft 1's rate with drafts 2–8's pooled. At T = 0 nothing here is
-# random — the same prompts give the same rounds on every run — and were acceptance i.i.d.,
-# z > 3.72 would happen one run in 10,000.
+# The z-statistic compares draft 1's rate with drafts 2–8's pooled. At T = 0 the run is
+# deterministic, so this is a test on fixed data, not a lottery over seeds: if every reached
+# draft were an independent coin with the same α, z would exceed 3.72 with probability 1 in
+# 10,000 (one-sided).
 
 # %%
 (r1, a1), rest = pos[0.0][0], pos[0.0][1:]
@@ -150,6 +155,6 @@ claim(z > 3.72, f"at T = 0, draft 1 is accepted less often ({a1 / r1:.3f}) than 
 # ## What to take away
 #
 # The i.i.d. model gets the *mean* right to a few percent — which is all the speed
-# prediction of lesson 08 needs — while getting the *shape* wrong: too few rounds that accept
+# prediction of lesson 09 needs — while getting the *shape* wrong: too few rounds that accept
 # nothing, because rejections cluster. Look at the "E off by" column, and at draft 1's row
 # against the α row below it.

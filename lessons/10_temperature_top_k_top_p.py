@@ -1,10 +1,11 @@
 # %% [markdown]
-# # Lesson 09 — Temperature, top-k and top-p stay exact
+# # Lesson 10 — Temperature, top-k and top-p stay exact
 #
 # **You will see** the target's next-token law after "Q: What is the capital of" at T = 1,
-# at T = 0.7, cut to its top 5 tokens and to its top 80% of mass; 500 speculative runs at
-# T = 0.7, top-k 10, top-p 0.9 fitting the target's exact law at those settings; and, computed
-# exactly, what happens when the draft samples from one law and tells the verify rule another.
+# at T = 0.7, and at T = 1 cut to its top 5 tokens and to its top 80% of mass; 500
+# speculative runs at T = 0.7, top-k 10, top-p 0.9 fitting the target's exact law at those
+# settings; and, computed exactly, what happens when the draft samples from one law and tells
+# the verify rule another.
 #
 # **It explains** `nanospec/sampling.py` (`sampling_probs`, the one place where logits become
 # a law) and why `Speculator.judge` (`nanospec/speculative.py`) and `DraftModel.propose`
@@ -88,7 +89,7 @@ def draw(ax):
     ax.legend()
 
 
-figure("09_four_laws", draw)
+figure("10_four_laws", draw)
 
 # %%
 p1, pp = laws["T = 1"], laws["top-p 0.8"]
@@ -107,8 +108,10 @@ claim(kept.sum() >= 0.8 > kept[1:].sum(), f"top-p 0.8 keeps the smallest top set
 # by each kept first token gives p'(x₂ | x₁). Then 500 independent speculative runs (the rows
 # of one batch, γ = 1: the second token is a bonus from p'₂ when the first draft is accepted,
 # else round 2's) and a Pearson chi-square test against that law, cells expected fewer than 5
-# times pooled. If speculation is exact, a p-value below 1e-4 happens one run in 10,000: this
-# claim's false-failure probability.
+# times pooled. If speculation is exact, a p-value below 1e-4 happens for about one seed in
+# 10,000: this claim's false-failure probability. About, because the statistic follows the
+# chi-square law only approximately for large N, and 500 runs spread over the continuations
+# counted below is a moderate N.
 # (tests/statistical/test_two_sample.py compares with autoregressive *samples* instead, at
 # T = 1, where the law is too wide to enumerate.)
 
@@ -168,8 +171,10 @@ p_f, p_t = first, law("target", ids, 0.7)
 
 
 def output_law(s, r, p):
-    """(the law of the token that comes out, the probability that the draft is accepted)."""
-    accept = np.where(r > 0, np.minimum(1.0, p / np.where(r > 0, r, 1.0)), 0.0)
+    """(the law of the token that comes out, the probability that the draft is accepted).
+    As in `accept_reject`, a token the rule was told has r(x) = 0 is accepted whenever
+    p(x) > 0, since u·0 < p(x)."""
+    accept = np.where(r > 0, np.minimum(1.0, p / np.where(r > 0, r, 1.0)), p > 0)
     out = s * accept + (s * (1 - accept)).sum() * np.asarray(residual(p, r), np.float64)
     return out, float((s * accept).sum())
 
@@ -180,10 +185,10 @@ PAIRINGS = {  # name: (draft samples from, the rule is told, the target's law)
     "target left uncut": (q_f, q_f, p_t),
     "draft uncut, honest about it": (q_t, q_t, p_f),
 }
-rows, off, acc = [], {}, {}
+rows, off, acc, outs = [], {}, {}, {}
 for name, (s, r, p) in PAIRINGS.items():
-    out, acc[name] = output_law(s, r, p)
-    off[name] = tv(out, p_f)
+    outs[name], acc[name] = output_law(s, r, p)
+    off[name] = tv(outs[name], p_f)
     rows.append([name, f"{acc[name]:.3f}", f"{off[name]:.4f}", bar(off[name], 0.3, 12)])
 table("one drafted token: the law that comes out, against p'", ["pairing", "accepted",
       "TV from p'", ""], rows)
@@ -195,8 +200,8 @@ lie = "draft cut, rule told uncut q"
 claim(off[lie] > 0.05 and acc[lie] > acc["as nanospec does"], "a draft that samples from its cut "
       f"law but reports the uncut one is off by TV {off[lie]:.3f}, and accepted too often "
       f"({acc[lie]:.2f} instead of {acc['as nanospec does']:.2f})")
-claim(abs(off["target left uncut"] - tv(p_t, p_f)) < 1e-6, "an uncut target gives its uncut "
-      f"law exactly — the wrong law, off by TV {off['target left uncut']:.3f}")
+claim(tv(outs["target left uncut"], p_t) < 1e-6, "an uncut target gives its uncut law exactly "
+      f"— the wrong law, off by TV {off['target left uncut']:.3f}")
 claim(off["draft uncut, honest about it"] < 1e-6,
       "an uncut draft that reports its uncut law is still exact: the rule needs an honest q")
 claim(acc["as nanospec does"] > acc["draft uncut, honest about it"], "but filtered like the "

@@ -1,9 +1,9 @@
 # %% [markdown]
-# # Lesson 12 — EAGLE: drafting in feature space
+# # Lesson 13 — EAGLE: drafting in feature space
 #
 # **You will see** the loop with the shipped EAGLE head write the target's greedy text; then
 # EAGLE and the Medusa heads asked for their drafts at every point of that text, side by side
-# in lesson 11's table — EAGLE accepts far more, at every position — and why: once reached
+# in lesson 12's table — EAGLE accepts far more, at every position — and why: once reached
 # (the drafts before it accepted), each EAGLE draft is accepted about as often as its first.
 #
 # **It explains** `nanospec/heads/modules.py` (`EagleHead`), `nanospec/heads/drafters.py`
@@ -30,7 +30,7 @@
 # %%
 import numpy as np
 
-from nanospec.measure.positions import acceptance_by_position, greedy_text
+from nanospec.measure.positions import NEAR_TIE, acceptance_by_position, greedy_text
 from nanospec.measure.workloads import workload_prompts
 from nanospec.teach import claim, console, figure, shipped, table
 
@@ -43,30 +43,42 @@ ids = [tok.encode_prompt(p) for p in workload_prompts("facts", 4) + workload_pro
 # %% [markdown]
 # ## The loop with EAGLE, T = 0
 #
-# The prompts and length of lesson 11. Lesson 11 compared the output with the autoregressive
+# The prompts and length of lesson 12. Lesson 12 compared the output with the autoregressive
 # loop's; here an equivalent check costs one pass: greedy decoding writes, at every step, the
 # target's argmax after the text so far — so one uncached target pass over the output must
 # find every generated token to be the argmax at the position before it.
-# (`measure.positions.greedy_text` runs the loop and that pass; `is_greedy` checks.)
+# (`measure.positions.greedy_text` runs the loop and that pass.) Only a genuine near-tie may
+# differ: the loop's blockwise arithmetic and the one pass round differently (~1e-5 in float32),
+# so where the target's top two logits are closer than NEAR_TIE either may win; we count those.
+# (On GPUs JAX multiplies float32 in TF32 by default, ~1e-3 relative error; the lessons ask
+# for full float32: nanospec.teach.)
 
 # %%
 text, m = greedy_text(bundle, "eagle", ids, N, GAMMA)
-console.print(f"{m['generated_tokens']} tokens in {m['rounds']} target passes: "
-              f"{m['tokens_per_target_call']:.2f} per pass")
-claim(text.is_greedy(), f"every token EAGLE's loop wrote on the {len(ids)} prompts is the "
-      "target's greedy choice: the text of greedy decoding")
+console.print(f"{m['generated_tokens']} tokens in {m['rounds']} rounds over the {len(ids)} rows, "
+              f"one target pass each for its row (the rows share batched passes; plus one over "
+              f"the prompt): {m['tokens_per_target_call']:.2f} per round")
+
+off = text.off_greedy()  # [(row, token, top-2 gap)] wherever a token is not the argmax
+claim(all(gap < NEAR_TIE for _, _, gap in off), f"every token EAGLE's loop wrote on the "
+      f"{len(ids)} prompts is the target's greedy choice, save where it diverged at a "
+      f"near-tie ({len(off)} tokens here; the closest call: a top-2 gap of "
+      f"{text.continuation_gaps().min():.4f}): the text of greedy decoding")
 
 # %% [markdown]
 # ## Side by side: a round at every point of the text
 #
-# Lesson 11's measurement, for both drafters at once: each drafter's state at every committed
+# Lesson 12's measurement, for both drafters at once: each drafter's state at every committed
 # length L (its own `init`), its 4 greedy drafts (`propose`), and how many match the text.
+# Its tokens per round weighs every start alike, so it comes out above the loop's own count:
+# the loop starts a round only where the last one ended, so it dwells on the hard stretches,
+# and each row's last round is cut short where the text ends (EOS, or 48 tokens).
 
 # %%
 pos = acceptance_by_position([bundle.drafter(n) for n in NAMES], text, GAMMA)
 accepted, reached = pos.accepted, pos.reached  # (2, γ) each: Medusa, EAGLE
 table(f"accepted, by position, T = 0: a round at each of {pos.rounds} starts", *pos.table(NAMES))
-figure("12_eagle_vs_medusa", lambda ax: pos.plot(ax, NAMES))
+figure("13_eagle_vs_medusa", lambda ax: pos.plot(ax, NAMES))
 claim((accepted[1] - accepted[0] > 0.1).all(), "EAGLE accepts more than Medusa at every "
       "position: " + ", ".join(f"{e:.2f} vs {md:.2f}" for md, e in accepted.T))
 
@@ -74,10 +86,13 @@ claim((accepted[1] - accepted[0] > 0.1).all(), "EAGLE accepts more than Medusa a
 # ## Why: every EAGLE draft is a one-step guess
 #
 # Divide each accepted share by the one before it: how often draft k is accepted once a round
-# reaches it, that is, once drafts 1..k−1 were accepted (lesson 07 measured the draft model so).
+# reaches it, that is, once drafts 1..k−1 were accepted (lesson 08 measured the draft model so).
 
 # %%
 table("draft k accepted, once reached", *pos.table(NAMES, "reached"))
+claim(np.abs(reached[1] - reached[1, 0]).max() < 0.05, "once reached, every EAGLE draft is "
+      "accepted about as often as its first (within 0.05): "
+      + ", ".join(f"{r:.2f}" for r in reached[1]))
 claim(reached[1].min() > reached[0].max(), f"every EAGLE draft, once reached, is accepted at "
       f"least {reached[1].min():.2f} of the time; a Medusa head at most {reached[0].max():.2f}")
 
@@ -93,7 +108,9 @@ claim(reached[1].min() > reached[0].max(), f"every EAGLE draft, once reached, is
 # The first round where EAGLE's 4 drafts are right and Medusa's 2nd is wrong after a right 1st.
 right = pos.right  # (B, J, 2, γ)
 shows = pos.valid & right[:, :, 1].all(-1) & right[:, :, 0, 0] & ~right[:, :, 0, 1]
-b, j = next(zip(*np.nonzero(shows)), (0, 0))
+claim(shows.any(), f"in {shows.sum()} of the {pos.rounds} rounds EAGLE's 4 drafts are right "
+      "and Medusa's 2nd is wrong after a right 1st; the first of them:")
+b, j = next(zip(*np.nonzero(shows)))
 start = pos.starts[b, j]
 mark = lambda x, ok: repr(tok.token_str(int(x))) + ("" if ok else " ×")
 table(f"one round: {tok.decode(text.seq[b, max(0, start - 12):start])!r} …",
@@ -110,4 +127,4 @@ table(f"one round: {tok.decode(text.seq[b, max(0, start - 12):start])!r} …",
 # guesses blind is cut short. Why *features* and not just tokens, as the draft model does? The
 # layer starts from everything the target's six layers worked out, and only has to predict how
 # that moves one step (docs/results.md: EAGLE accepts more per round than the draft model on
-# every workload). Lesson 13: multi-token prediction, autoregressive too, without attention.
+# every workload). Lesson 14: multi-token prediction, autoregressive too, without attention.

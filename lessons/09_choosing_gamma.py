@@ -1,10 +1,11 @@
 # %% [markdown]
-# # Lesson 08 — Choosing γ
+# # Lesson 09 — Choosing γ
 #
 # **You will see** the speedup of speculation over autoregressive decoding predicted from
-# three ratios measured on this machine — α, c and r — at γ = 1 and γ = 7, then measured side
-# by side with autoregressive decoding on the same prompt and the same 64 tokens; and where
-# the prediction puts the best γ.
+# three ratios measured in this run — α, c and r — at γ = 1 and γ = 7, then measured side by
+# side with autoregressive decoding on the same prompt and the same 64 tokens; and where the
+# prediction puts the best γ. The speedups are this machine's; what the lesson asserts is
+# that the model, fed this machine's costs, chooses γ as this machine's clock does.
 #
 # **It explains** the performance model of `docs/design.md` §6, as `nanospec bench` computes
 # it (`gamma_row` in `nanospec/measure/bench.py`, the probes in `nanospec/measure/probes.py`).
@@ -12,7 +13,7 @@
 # Count time in target decode steps (T_ar, one target pass over one new token). A round costs
 # γ draft steps of c each (c = a draft step over a target step) and one verify pass over γ + 1
 # tokens, which costs r(γ+1) one-token passes (lesson 01). It emits E(α, γ) tokens on average
-# (lesson 07), where autoregressive decoding would have needed E target steps. So
+# (lesson 08), where autoregressive decoding would have needed E target steps. So
 #
 #     predicted speedup = E(α, γ) / (γ·c + r(γ+1))
 #
@@ -71,7 +72,7 @@ probes.update({("draft", n): decode_probe(bundle.models["draft"], ids, n) for n 
 for g, run in runs.items():
     probes["all", g] = lambda run=run: run(tokens, lengths, key)
     probes["first", g] = lambda run=run: run(tokens, lengths, key, 1)
-samples = interleaved_samples(probes, repeats=5)
+samples = interleaved_samples(probes, repeats=7)
 med = {k: statistics.median(v) for k, v in samples.items()}
 t_ar = (med["all", 0] - med["first", 0]) / (N - 1)
 c = (med["draft", N] - med["draft", 1]) / (N - 1) / t_ar
@@ -89,44 +90,53 @@ def ratio(a, b) -> float:
     return statistics.median(x / y for x, y in zip(samples[a], samples[b]))
 
 
-rows, pred, meas, r = [], {}, {}, {}
+rows, pred, meas, e2e, r = [], {}, {}, {}, {}
 for g in GAMMAS:
     r[g] = ratio(("pass", g + 1), ("pass", 1))
     e = expected_tokens(alpha[g], g)
     pred[g] = e / (g * c + r[g])
     lat = paired_latency(samples["all", g], samples["first", g], samples["all", 0],
                          samples["first", 0], 1, N - 1)
-    meas[g] = lat["tpot_speedup"]
+    meas[g], e2e[g] = lat["tpot_speedup"], lat["measured_speedup"]
     rows.append([g, f"{alpha[g]:.3f}", f"{e:.2f}", f"{g * c:.2f}", f"{r[g]:.2f}",
-                 f"{pred[g]:.2f}×", f"{meas[g]:.2f}×", f"{lat['measured_speedup']:.2f}×"])
-table("speedup over autoregressive decoding", ["γ", "α", "E", "γ·c", "r(γ+1)", "predicted",
-      "measured", "end to end"], rows)
+                 f"{pred[g]:.2f}×", f"{meas[g]:.2f}×", f"{e2e[g]:.2f}×"])
+table("speedup over autoregressive decoding, on this machine", ["γ", "α", "E", "γ·c", "r(γ+1)",
+      "predicted", "measured", "end to end"], rows)
 
 # %% [markdown]
-# Timing on a shared machine moves by a tenth or more from run to run (docs/results.md), so
-# the claims keep to the robust parts: which γ wins, by how much, and how close the model
-# gets there. Expect it to miss most at γ = 1: it leaves out what a round costs beyond its
-# passes (the draft model re-reads two tokens every round, the verify rule, the bookkeeping),
-# and at γ = 1 that is shared by the fewest tokens.
+# How much speculation gains is the machine's: on a GPU or a many-core laptop a wide pass is
+# relatively cheaper than here (r nearer 1) and drafting dearer (c larger), so the speedups,
+# and even which γ is faster, move. What holds on any machine is that the model, fed the
+# costs measured in this run, chooses γ as the clock of this run does: that is the claim,
+# with a margin a busy laptop keeps. How close the prediction comes is printed, not asserted.
+# On a quiet machine it is usually within a tenth or two; bursts of other work can move the
+# measured speedup far more than the model's inputs. The model leaves out what a round costs
+# beyond its passes (the draft model re-reads two tokens every round, the verify rule, the
+# bookkeeping), which flatters short drafts most: at γ = 1 that cost is shared by the fewest
+# tokens.
 
 # %%
-best, worst = max(GAMMAS, key=meas.get), min(GAMMAS, key=meas.get)
-off = abs(meas[best] / pred[best] - 1)
-claim(pred[best] > pred[worst], f"the model ranks γ = {best} above γ = {worst}, as measured "
-      f"({meas[best]:.2f}× against {meas[worst]:.2f}×)")
-claim(meas[best] > 1.25, f"at γ = {best} speculation is {meas[best]:.2f}× faster per token "
-      "than autoregressive decoding (asserted: above 1.25×)")
-claim(off < 0.4, f"there the prediction, {pred[best]:.2f}×, is within {off:.0%} of the "
-      "measurement (asserted: 40%)")
+pick, best = max(GAMMAS, key=pred.get), max(GAMMAS, key=meas.get)
+short = 1 - meas[pick] / meas[best]  # 0 when the model picks the γ measured fastest
+off = meas[best] / pred[best] - 1
+console.print(f"on this machine, at γ = {best} speculation is {meas[best]:.2f}× as fast per "
+              f"token as autoregressive decoding ({e2e[best]:.2f}× end to end), and the "
+              f"prediction, {pred[best]:.2f}×, is {abs(off):.0%} {'below' if off > 0 else 'above'}"
+              " that (measured, not asserted)")
+# The margin: a tenth of noise either way, plus the round overhead the model leaves out.
+verdict = "the fastest" if pick == best else f"{short:.0%} below γ = {best}'s {meas[best]:.2f}×"
+claim(short < 0.25, f"from this run's α, c and r the model picks γ = {pick}: measured "
+      f"{meas[pick]:.2f}×, {verdict} (asserted: within 25% of the fastest)")
 
 # %% [markdown]
 # ## Where would γ stop paying?
 #
 # The same formula, with this run's α (at γ = 7) and c, for every γ up to 16 — if the verify
 # pass cost one step whatever its width (r = 1), which is roughly what an accelerator gives
-# (docs/design.md §6). Then only drafting limits γ: past the best, each extra draft adds less
-# to E than its c adds to the cost. On this CPU r grows with the block too (the table
-# above); docs/results.md times γ up to 15 with `nanospec bench`.
+# (docs/design.md §6). Then only drafting limits γ: one more draft adds α^(γ+1) tokens for c
+# more cost, and past the best that rate, α^(γ+1)/c, is below the speedup already reached,
+# E/(γ·c + 1), so it pulls the ratio down. On a CPU r grows with the block too (the table
+# above has this machine's); docs/results.md times γ up to 15 with `nanospec bench`.
 
 # %%
 a = alpha[max(GAMMAS)]
@@ -146,15 +156,24 @@ def draw(ax):
     ax.legend()
 
 
-figure("08_choosing_gamma", draw)
-console.print(f"with r = 1, the best γ of 1..16 would be {top}")
+figure("09_choosing_gamma", draw)
+console.print(f"with this run's c and r = 1, the best γ of 1..16 would be {top}")
+lo, hi = GAMMAS
+wider = (r[hi] - r[lo]) / (hi - lo)  # what one more draft adds to the verify pass
+console.print(f"on this machine each draft from γ = {lo} to {hi} cost {wider:.3f} target steps "
+              f"of wider pass and c = {c:.3f} of drafting: what holds γ back here is mostly "
+              f"{'the wide pass' if wider > c else 'drafting'}")
 
 # %% [markdown]
 # ## What to take away
 #
-# Read the table's two rows: a draft step is a small fraction of a target step (c) and α is
-# high, so long drafts pay here, held back by r(γ+1) — not by the draft. This lesson measures
-# c as the draft model's decode step alone; `nanospec bench` measures it *in place*, each
-# drafting round timed beside the target pass, where the target's weights have evicted the
-# draft's from the CPU caches and the two-token re-read is counted too — a larger c (compare
-# the two in docs/results.md).
+# On any machine the best γ balances E's diminishing returns against what a round costs,
+# γ·c + r(γ+1), and the model finds it from ratios measured in one run; the speedups, and
+# which term holds γ back, are the machine's. Where a wide pass costs more than a narrow one
+# (a CPU), r(γ+1) stops γ early; where it costs about the same (an accelerator, r ≈ 1), only
+# drafting does, as in the r = 1 table. The line above says which case this machine is in.
+#
+# This lesson measures c as the draft model's decode step alone; `nanospec bench` measures it
+# *in place*, each drafting round timed beside the target pass, where the target's weights
+# have evicted the draft's from the CPU caches and the two-token re-read is counted too — a
+# larger c (compare the two in docs/results.md).

@@ -1,9 +1,9 @@
 # %% [markdown]
-# # Lesson 13 — Multi-token prediction: a chain of small modules
+# # Lesson 14 — Multi-token prediction: a chain of small modules
 #
 # **You will see** the loop with the shipped MTP modules write the target's greedy text; then
-# MTP, EAGLE and Medusa asked for their drafts at every point of that text — lessons 11 and
-# 12's tables, one row more: MTP accepts far more than Medusa and somewhat less than EAGLE —
+# MTP, EAGLE and Medusa asked for their drafts at every point of that text — lessons 12 and
+# 13's tables, one row more: MTP accepts far more than Medusa and somewhat less than EAGLE —
 # and what each of the three adds to the target.
 #
 # **It explains** `MTPModule` in `nanospec/heads/modules.py`, `MTPDrafter` in
@@ -28,10 +28,11 @@
 
 # %%
 import jax
+import numpy as np
 
 from nanospec.decode import make_loop
 from nanospec.generate import pad_prompts
-from nanospec.measure.positions import acceptance_by_position, greedy_text
+from nanospec.measure.positions import NEAR_TIE, acceptance_by_position, greedy_text
 from nanospec.measure.probes import extra_cost
 from nanospec.measure.workloads import workload_prompts
 from nanospec.teach import claim, console, figure, shipped, table
@@ -49,44 +50,57 @@ ids = [tok.encode_prompt(p) for p in workload_prompts("facts", 4) + workload_pro
 # %% [markdown]
 # ## The loop with MTP, T = 0
 #
-# The prompts of lessons 11 and 12, and lesson 12's check: one uncached target pass over the
-# output must find every generated token to be the target's argmax after the text before it.
+# The prompts of lessons 12 and 13, and lesson 13's check: one uncached target pass over the
+# output must find every generated token to be the target's argmax after the text before it —
+# save at a near-tie, where the target's top two logits are closer than NEAR_TIE and the
+# loop's blockwise arithmetic and the one pass may round either way.
 
 # %%
 text, m = greedy_text(bundle, "mtp", ids, N, GAMMA)
-claim(text.is_greedy(), f"MTP's loop wrote {m['generated_tokens']} tokens on the {len(ids)} "
-      f"prompts in {m['rounds']} target passes ({m['tokens_per_target_call']:.2f} per pass), "
-      "every one the target's greedy choice: the text of greedy decoding")
+console.print(f"{m['generated_tokens']} tokens in {m['rounds']} rounds over the {len(ids)} rows, "
+              f"one target pass each for its row (the rows share batched passes; plus one over "
+              f"the prompt): {m['tokens_per_target_call']:.2f} per round")
+
+off = text.off_greedy()  # [(row, token, top-2 gap)] wherever a token is not the argmax
+claim(all(gap < NEAR_TIE for _, _, gap in off), f"every token MTP's loop wrote on the "
+      f"{len(ids)} prompts is the target's greedy choice, save where it diverged at a "
+      f"near-tie ({len(off)} tokens here; the closest call: a top-2 gap of "
+      f"{text.continuation_gaps().min():.4f}): the text of greedy decoding")
 
 # %% [markdown]
 # ## Three drafters, a round at every point of the text
+#
+# (The tokens per round weighs every start alike, so it comes out above the loop's own count,
+# for lesson 13's reasons: the loop dwells on hard stretches; each row's last round is cut short.)
 
 # %%
 pos = acceptance_by_position([bundle.drafter(n) for n in NAMES], text, GAMMA)
 accepted, reached = pos.accepted, pos.reached  # (3, γ) each: Medusa, EAGLE, MTP
 table(f"accepted, by position, T = 0: a round at each of {pos.rounds} starts", *pos.table(NAMES))
 table("draft k accepted, once reached", *pos.table(NAMES, "reached"))
-figure("13_three_heads", lambda ax: pos.plot(ax, NAMES))
+figure("14_three_heads", lambda ax: pos.plot(ax, NAMES))
 
 # %%
 medusa, eagle, mtp = accepted
 claim((mtp - medusa > 0.05).all(), "MTP accepts more than Medusa at every position: "
       + ", ".join(f"{a:.2f} vs {b:.2f}" for a, b in zip(mtp, medusa)))
-claim(reached[2].min() > reached[0].max(), f"like EAGLE's, every MTP draft, once reached, is "
-      f"accepted at least {reached[2].min():.2f} of the time; a Medusa head at most "
-      f"{reached[0].max():.2f}")
+claim(np.abs(reached[2] - reached[2, 0]).max() < 0.05 and reached[2].min() > reached[0].max(),
+      "like EAGLE's, every MTP draft, once reached, is accepted about as often as its first "
+      f"(within 0.05: {', '.join(f'{r:.2f}' for r in reached[2])}), and at least "
+      f"{reached[2].min():.2f} of the time; a Medusa head at most {reached[0].max():.2f}")
 claim((eagle > mtp).all(), "EAGLE accepts more than MTP at every position: "
       + ", ".join(f"{a:.2f} vs {b:.2f}" for a, b in zip(eagle, mtp)))
 
 # %% [markdown]
-# Seeing the draft before it is what lifts MTP far above Medusa. What keeps it below EAGLE,
-# this lesson does not separate: EAGLE attends over the whole history of (feature, token)
-# pairs and was trained to read its own guessed features; an MTP module sees only the
-# representation handed down the chain.
+# Seeing the last committed token, and then each draft before it, so that every draft is a
+# one-step guess (already 0.90 against Medusa's 0.81 at draft 1), is what lifts MTP above
+# Medusa. What keeps it below EAGLE, this lesson does not separate: EAGLE attends over the
+# whole history of (feature, token) pairs and was trained to read its own guessed features; an
+# MTP module sees only the representation handed down the chain.
 #
 # ## What each adds to the target
 #
-# `measure.probes.extra_cost` as in lesson 11, and the drafter's state between rounds.
+# `measure.probes.extra_cost` as in lesson 12, and the drafter's state between rounds.
 
 # %%
 tokens, lengths = pad_prompts(ids, cfg.n_ctx)
@@ -101,12 +115,12 @@ def carried(method):
 
 
 cost = {n: (extra_cost(bundle, n, GAMMA), carried(n)) for n in NAMES}
-table("what a head adds to the target", ["head", "parameters", "MB", "state per row"],
+table("what a head adds to the target", ["head", "parameters", "MiB", "state per row"],
       [[n, f"{c['extra_params']:,}", f"{c['extra_memory_mb']:.2f}", f"{s:,} numbers"]
        for n, (c, s) in cost.items()])
-claim(cost["mtp"][1] == cost["medusa"][1] == cfg.d_model < cost["eagle"][1],
-      f"MTP keeps one feature per row between rounds ({cost['mtp'][1]} numbers), as Medusa "
-      f"does; EAGLE a KV cache and its last output ({cost['eagle'][1]:,} numbers)")
+console.print(f"By construction, MTP keeps one feature per row between rounds "
+              f"({cost['mtp'][1]} numbers, the target's width), as Medusa does; EAGLE a KV "
+              f"cache and its last output ({cost['eagle'][1]:,} numbers).")
 
 # %% [markdown]
 # ## What to look at
@@ -115,4 +129,5 @@ claim(cost["mtp"][1] == cost["medusa"][1] == cfg.d_model < cost["eagle"][1],
 # and reads each depth's weights once a round; EAGLE reuses one layer for every draft. Three
 # heads on one target: blind to their own drafts (Medusa), seeing the draft before through one
 # representation (MTP), attending over the whole history (EAGLE) — and at T = 0 all three
-# write the target's own text.
+# write the target's own greedy text (lessons 12, 13 and this one check it), a genuine
+# near-tie aside.
