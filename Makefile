@@ -1,12 +1,17 @@
 # The two commands of the README: `make demo` runs the main job, `make test` runs every test.
 # Each creates .venv and installs the project into it on first use (and when pyproject changes).
-PYTHON ?= python3
+# The first Python >= 3.11 on the PATH (macOS ships 3.9, Ubuntu 22.04 3.10); or make PYTHON=...
+PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3 python; do \
+            $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+            && { echo $$p; break; }; done)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-fast lessons bench eval retrain clean
+.PHONY: demo test test-fast lessons figures bench eval retrain clean
 
 $(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "nanospec needs Python 3.11 or newer, and $(if $(PYTHON),$(PYTHON) is older or missing,none is on the PATH): install one (python.org, 'brew install python@3.12', 'apt install python3.12') and run make PYTHON=/path/to/python3.12."; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
@@ -30,6 +35,11 @@ test-fast: $(VENV)/.installed
 lessons: $(VENV)/.installed
 	$(if $(FIGURES),$(BIN)/python -m pip install --quiet -e '.[figures]')
 	$(BIN)/python -m nanospec.teach $(if $(FIGURES),--figures)
+
+# One SVG per key idea of the course, for slides, into runs/figures/ (nanospec/slides.py).
+figures: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[figures]'
+	$(BIN)/python -m nanospec.slides --out runs/figures
 
 bench: $(VENV)/.installed
 	$(BIN)/nanospec bench --json bench-facts-greedy.json
