@@ -6,15 +6,20 @@ PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3 python; do \
             && { echo $$p; break; }; done)
 VENV   := .venv
 BIN    := $(VENV)/bin
+# Every install takes the versions CI tested (constraints.txt). With WHEELHOUSE=folder (made by
+# `make wheelhouse`), it takes them from that folder only: no index, no network.
+PIP    := $(BIN)/python -m pip install --quiet -c constraints.txt \
+          $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE))
+EXTRAS := test,notebook,web,figures
 
-.PHONY: demo test test-fast lessons figures bench eval retrain clean
+.PHONY: demo test test-fast lessons figures bench eval retrain wheelhouse constraints clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
 	  echo "nanospec needs Python 3.11 or newer, and $(if $(PYTHON),$(PYTHON) is older or missing,none is on the PATH): install one (python.org, 'brew install python@3.12', 'apt install python3.12') and run make PYTHON=/path/to/python3.12."; exit 2; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(PIP) --upgrade pip setuptools
+	$(PIP) -e '.[test]'
 	touch $@
 
 demo: $(VENV)/.installed
@@ -33,12 +38,12 @@ test-fast: $(VENV)/.installed
 # Every lesson in order, as a learner runs it, with how long each took (FIGURES=1: also write
 # the figures to runs/lessons/, which needs the optional matplotlib extra).
 lessons: $(VENV)/.installed
-	$(if $(FIGURES),$(BIN)/python -m pip install --quiet -e '.[figures]')
+	$(if $(FIGURES),$(PIP) -e '.[figures]')
 	$(BIN)/python -m nanospec.teach $(if $(FIGURES),--figures)
 
 # One SVG per key idea of the course, for slides, into runs/figures/ (nanospec/slides.py).
 figures: $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet -e '.[figures]'
+	$(PIP) -e '.[figures]'
 	$(BIN)/python -m nanospec.slides --out runs/figures
 
 bench: $(VENV)/.installed
@@ -53,6 +58,24 @@ retrain: $(VENV)/.installed
 	$(BIN)/nanospec train target --no-resume
 	$(BIN)/nanospec train draft --no-resume
 	$(BIN)/nanospec train heads
+
+# Every wheel an install needs, the build backend (setuptools) and pip included, into
+# wheelhouse/, for a room without network: copy the repo with it, then `make WHEELHOUSE=wheelhouse
+# test` (or demo, lessons). The wheels are for this machine's platform and Python: run it once
+# on each kind of laptop in the room (lessons/WORKSHOP.md, "Offline").
+wheelhouse: $(VENV)/.installed
+	$(BIN)/python -m pip download --quiet -c constraints.txt -d wheelhouse \
+	  pip setuptools '.[$(EXTRAS)]'
+	@echo "wheelhouse/: $$(ls wheelhouse | wc -l) wheels for $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_platform(), sysconfig.get_python_version())')"
+
+# Re-pin constraints.txt to the newest releases: every extra into a fresh venv, then its versions.
+# Run `make test` on the result before committing it: the file means "what CI tested".
+constraints:
+	rm -rf .venv-pin && $(PYTHON) -m venv .venv-pin
+	.venv-pin/bin/python -m pip install --quiet --upgrade pip setuptools
+	.venv-pin/bin/python -m pip install --quiet '.[$(EXTRAS)]'
+	{ sed -n '/^#/p' constraints.txt; .venv-pin/bin/python -m pip freeze --all --exclude nanospec; } \
+	  > constraints.txt.tmp && mv constraints.txt.tmp constraints.txt && rm -rf .venv-pin
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -73,7 +73,7 @@ def read_manifest(ckpt_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         return {"format": "nanospec-manifest", "version": 1, "files": {}, "models": {}}
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except ValueError:
         raise UserError(f"{path} is not valid JSON; restore it from git.") from None
 

@@ -14,14 +14,25 @@ notebook, every figure is drawn inline instead.
 `python -m nanospec.teach [--figures]` (`make lessons`) runs every lesson in order, each as
 its own process exactly as a learner runs it, prints how long each took, and lists every
 lesson that failed.
+
+`python -m nanospec.teach --spread N [--out lessons/NUMBERS.md]` runs every lesson N times
+and writes the instructor's table of what they print: each claim with its numbers as ranges
+over the N runs, how often it held, and each lesson's wall time. It reads the claims from
+$NANOSPEC_CLAIMS, a file to which every `claim` appends one JSON line when it is set.
 """
 
+import argparse
 import io
 import json
 import os
+import platform
+import re
 import subprocess
 import sys
+import tempfile
 import time
+from collections import defaultdict
+from datetime import date
 from pathlib import Path
 
 import jax
@@ -65,6 +76,7 @@ def in_notebook() -> bool:
 def claim(ok: bool, sentence: str) -> None:
     """Print the claim with ✓ if it holds; otherwise print it with ✗ and stop the lesson:
     exit status 1 on the command line, ClaimFailed in a notebook."""
+    record(ok, sentence)
     if ok:
         console.print(f"[green]✓[/] {escape(sentence)}")
         return
@@ -72,6 +84,18 @@ def claim(ok: bool, sentence: str) -> None:
     if in_notebook():
         raise ClaimFailed(f"not true here: {sentence}")
     sys.exit(1)
+
+
+def record(ok: bool, sentence: str) -> None:
+    """Append the claim to the file $NANOSPEC_CLAIMS names, if it names one, as one JSON line
+    {"lesson", "sentence", "ok"}: how `--spread` learns what each run of a lesson printed."""
+    path = os.environ.get("NANOSPEC_CLAIMS")
+    if not path:
+        return
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    line = {"lesson": Path(main or sys.argv[0]).name, "sentence": sentence, "ok": bool(ok)}
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line, ensure_ascii=False) + "\n")
 
 
 def tv(a, b) -> float:
@@ -82,7 +106,7 @@ def tv(a, b) -> float:
 
 def bar(value: float, most: float, width: int = 30) -> str:
     """A horizontal bar of `value` on a scale up to `most`, `width` characters at most."""
-    full = int(round(width * max(0.0, min(value / most, 1.0)) * 8)) if most > 0 else 0
+    full = round(width * max(0.0, min(value / most, 1.0)) * 8) if most > 0 else 0
     return "█" * (full // 8) + ("", "▏", "▎", "▍", "▌", "▋", "▊", "▉")[full % 8]
 
 
@@ -136,6 +160,15 @@ def lesson_files() -> list[Path]:
     return sorted(LESSONS.glob("[0-9][0-9]_*.py"))
 
 
+def run_lesson(path: Path, flags: list[str], env: dict | None = None) -> tuple[float, int]:
+    """Run one lesson as its own process, exactly as a learner would: (seconds, exit status)."""
+    console.rule(path.name)
+    start = time.perf_counter()
+    code = subprocess.run([sys.executable, str(path), *flags], cwd=REPO, env=env,
+                          check=False).returncode
+    return time.perf_counter() - start, code
+
+
 def run_all(flags: list[str]) -> int:
     """Run every lesson in order as a learner would; print and save (runs/lessons/timings.json)
     how long each took. A lesson that fails does not stop the rest: every failure is listed
@@ -143,10 +176,8 @@ def run_all(flags: list[str]) -> int:
     from nanospec.fileio import atomic_write
     seconds, failed = {}, []
     for path in lesson_files():
-        console.rule(path.name)
-        start = time.perf_counter()
-        code = subprocess.run([sys.executable, str(path), *flags], cwd=REPO).returncode
-        seconds[path.name] = round(time.perf_counter() - start, 1)
+        s, code = run_lesson(path, flags)
+        seconds[path.name] = round(s, 1)
         if code != 0:
             console.print(f"[red]✗ {path.name} failed (exit status {code}); going on.[/]")
             failed.append(path.name)
@@ -162,5 +193,155 @@ def run_all(flags: list[str]) -> int:
     return 0
 
 
+# A number as a lesson prints it: 3, 0.93, -3, −3, .644, 1e-3, 20,000 (a × or % after it stays
+# text, and 3/4 is two numbers). Not the digits of a name (float32, x2): the look-behind.
+NUMBER = re.compile(r"(?<![\w.])[-−]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+(?:\.\d+)?|\.\d+)"
+                    r"(?:e[-+]?\d+)?")
+
+
+def template(sentence: str) -> tuple[tuple[str, ...], list[str]]:
+    """The text around the sentence's numbers, and the numbers as printed: two runs of a claim
+    share a template when only their numbers differ.
+    template("α̂ = 0.93, 3/4 held") = (("α̂ = ", ", ", "/", " held"), ["0.93", "3", "4"])."""
+    return tuple(NUMBER.split(sentence)), NUMBER.findall(sentence)
+
+
+def group_claims(runs: list[list[dict]]) -> dict[str, dict]:
+    """Each lesson's claims over the runs, keyed by (template, occurrence): a sentence a lesson
+    prints twice with other numbers is two rows, matched run to run by its order.
+    {lesson: {(template, k): {"numbers": [one list per run], "held": runs, "failed": runs}}}"""
+    grouped = defaultdict(dict)
+    for claims in runs:
+        seen = defaultdict(int)  # (lesson, template): how many this run has printed so far
+        for c in claims:
+            parts, numbers = template(c["sentence"])
+            k = seen[c["lesson"], parts]
+            seen[c["lesson"], parts] += 1
+            row = grouped[c["lesson"]].setdefault((parts, k), {"numbers": [], "held": 0,
+                                                               "failed": 0})
+            row["numbers"].append(numbers)
+            row["held" if c["ok"] else "failed"] += 1
+    return grouped
+
+
+def span(printed: list[str]) -> str:
+    """One number over the runs: the least and the most as printed, "0.61–0.66", or the one
+    value every run printed. span(["0.66", "0.61", "0.64"]) = "0.61–0.66"."""
+    value = lambda x: float(x.replace("−", "-").replace(",", ""))
+    lo, hi = min(printed, key=value), max(printed, key=value)
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def markdown_escape(text: str) -> str:
+    """Text that a markdown table cell shows as written: α* starts no italics, and a < starts
+    no HTML tag (one before a space, as in k < γ, never does, so it is left as it is)."""
+    return re.sub(r"([\\`*_|\[\]]|<(?=[\w/!?]))", r"\\\1", text)
+
+
+def spread_rows(runs: list[list[dict]], seconds: dict[str, list[float]],
+                stopped: dict[str, int]) -> list[str]:
+    """The markdown table: per lesson its wall time (least–most seconds), then each claim with
+    its numbers as ranges over the runs (bold where the runs differed) and how often it held."""
+    n, grouped = len(runs), group_claims(runs)
+    rows = ["| lesson | seconds | claim (**bold**: differed between runs) | held |",
+            "|---|---:|---|---:|"]
+    for lesson, times in seconds.items():
+        cells = []  # (claim, held)
+        for (parts, _), row in grouped.get(lesson, {}).items():
+            text = markdown_escape(parts[0])
+            for slot, after in zip(zip(*row["numbers"]), parts[1:]):  # a number over the runs
+                text += (f"**{span(slot)}**" if len(set(slot)) > 1 else slot[0])
+                text += markdown_escape(after)
+            failed = f", ✗ {row['failed']}" if row["failed"] else ""
+            cells.append((text, f"{row['held']}/{n}{failed}"))
+        if stopped.get(lesson):
+            cells.append((f"*exited with a non-zero status in {stopped[lesson]} of {n} runs*", ""))
+        lead = [lesson, span([f"{t:.0f}" for t in times])]
+        for text, held in cells or [("*no claims*", "")]:
+            rows.append("|" + "|".join(f" {x} " if x else " " for x in [*lead, text, held]) + "|")
+            lead = ["", ""]  # the lesson and its seconds, on its first row only
+    return rows
+
+
+def cores() -> int:
+    """The cores this process may use (what `nproc` prints)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def machine() -> str:
+    """This machine in a few words: cores, the CPU's model, and the software that matters."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f
+                       if line.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor() or platform.machine()
+    return (f"{cores()} cores ({cpu}), {platform.system()}, Python "
+            f"{platform.python_version()}, jax {jax.__version__}")
+
+
+def run_spread(n: int, out: Path, flags: list[str]) -> int:
+    """Run every lesson `n` times, all of them and then all again (a busy spell on a shared
+    machine then touches every lesson a little rather than one a lot), and write what their
+    claims printed to `out` as a markdown table. The status is 1 if any run of any lesson
+    failed; the table is written either way, with the failures in it."""
+    from nanospec.fileio import atomic_write
+    runs, seconds, stopped, load = [], defaultdict(list), defaultdict(int), [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(n):
+            claims = Path(tmp) / f"run{i}.jsonl"
+            claims.touch()
+            for path in lesson_files():
+                s, code = run_lesson(path, flags, {**os.environ, "NANOSPEC_CLAIMS": str(claims)})
+                seconds[path.name].append(s)
+                stopped[path.name] += code != 0
+                load.append(os.getloadavg()[0])
+            runs.append([json.loads(line) for line in claims.read_text("utf-8").splitlines()])
+    shown = out.resolve().relative_to(REPO) if out.resolve().is_relative_to(REPO) else out
+    header = [
+        "# What each lesson prints, and how much it varies",
+        "",
+        (f"Every lesson run {n} times on {date.today():%Y-%m-%d}: {machine()}. Written by "
+         f"`python -m nanospec.teach --spread {n} --out {shown}`: run it again to refresh it."),
+        "",
+        ("Each row is a sentence a lesson checks with `claim`, its numbers shown as their range "
+         "over the runs: **bold** where the runs differed, plain where every run printed the "
+         "same (the lessons fix their seeds, so what they compute is the same each run; what "
+         "they time is not). *held*: the runs in which the claim held (✗: the runs in which it "
+         "failed). *seconds*: the lesson's wall time, least–most. Times, and every number "
+         "computed from a clock, depend on the machine and on what else it was doing: the "
+         f"one-minute load average was {min(load):.1f}–{max(load):.1f} while these ran, on "
+         f"{cores()} cores (a load near or above the core count means the lessons shared the "
+         "machine)."),
+        ""]
+    atomic_write(out, "\n".join(header + spread_rows(runs, seconds, stopped)) + "\n")
+    console.print(f"written: {shown}")
+    return 1 if any(stopped.values()) else 0
+
+
+def main(argv: list[str]) -> int:
+    """`python -m nanospec.teach [--figures]` runs every lesson once; with `--spread N`, N
+    times, for the table of what they print. Other options go to every lesson."""
+    from nanospec.errors import UserError
+    from nanospec.fileio import check_output
+    parser = argparse.ArgumentParser(prog="python -m nanospec.teach", description=main.__doc__)
+    parser.add_argument("--spread", type=int, metavar="N",
+                        help="run every lesson N times and write the table of their numbers")
+    parser.add_argument("--out", help="where --spread writes its table "
+                        "(default: lessons/NUMBERS.md)")
+    args, flags = parser.parse_known_args(argv)
+    if args.spread is None:
+        if args.out:
+            parser.error("--out names the file --spread writes; give --spread N too.")
+        return run_all(flags)
+    if args.spread < 1:
+        parser.error(f"--spread needs at least 1 run, not {args.spread}.")
+    try:
+        out = check_output(args.out or LESSONS / "NUMBERS.md", ".md", "--out")
+    except UserError as e:
+        parser.error(str(e))
+    return run_spread(args.spread, out, flags)
+
+
 if __name__ == "__main__":
-    sys.exit(run_all(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:]))

@@ -6,6 +6,7 @@ entry point, so nanospec itself never imports viz).
     nanospec demo --race [--method M] [...same settings...]            ar vs M, timed (race.py)
     nanospec demo --replay FILE.jsonl                                  a recorded trace, no model
     nanospec demo ... --screenshot FILE.svg [--round N]                one screen, no terminal
+    nanospec demo ... --web [--host H] [--port P]                      in browsers (web.py)
 
 Every mistake a person can fix (a missing or broken trace, a bad setting, no terminal) is one
 sentence and exit code 2, like the rest of nanospec; whatever can be checked without the models
@@ -15,6 +16,7 @@ actually runs.
 """
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -46,6 +48,11 @@ def register(subparsers) -> None:
                    help="write one screen as SVG and exit, without opening a terminal")
     d.add_argument("--round", type=int_in(1), default=None, metavar="N",
                    help="open at round N, fully judged (default for --screenshot: the last)")
+    d.add_argument("--web", action="store_true",
+                   help="serve the demo to browsers instead (textual-serve: the web extra)")
+    d.add_argument("--host", default=None, help="with --web: the address (default 127.0.0.1)")
+    d.add_argument("--port", type=int_in(1, 65535), default=None,
+                   help="with --web: the port (default 8000)")
     d.set_defaults(func=run_demo)
 
 
@@ -57,6 +64,13 @@ def check_args(args) -> None:
     if args.race and args.round is not None:
         raise UserError("--round opens one run at a round; --race shows two runs whole, "
                         "so drop --round.")
+    # --web takes --race and --replay too: each visitor's demo is a process of its own.
+    if args.web and args.screenshot is not None:
+        raise UserError("--web serves the demo to browsers and --screenshot writes one screen "
+                        "to a file; drop one of them.")
+    if not args.web and (args.host is not None or args.port is not None):
+        raise UserError("--host and --port say where --web serves the demo; add --web or drop "
+                        "them.")
     if args.replay:
         given = [LIVE_FLAGS[name] for name in LIVE_FLAGS if getattr(args, name) is not None]
         if given:
@@ -203,9 +217,17 @@ def shoot(app, path: str | Path, pose, size: tuple[int, int]) -> Path:
 
 def run_demo(args) -> None:
     check_args(args)  # all of these before loading any model
+    if args.web:
+        if args.replay:  # a broken trace is one sentence here, not a blank page per visitor
+            from viz.rounds import load_recording
+            load_recording(args.replay)
+        from viz.web import serve
+        return serve(args)
     if args.screenshot is not None:
         check_screenshot_path(args.screenshot)
-    elif not (sys.stdin.isatty() and sys.stdout.isatty()):
+    # Under `--web` each visitor's demo talks to textual-serve through pipes, not a terminal;
+    # textual-serve says so by choosing Textual's driver in TEXTUAL_DRIVER.
+    elif not (os.environ.get("TEXTUAL_DRIVER") or (sys.stdin.isatty() and sys.stdout.isatty())):
         raise UserError("nanospec demo needs an interactive terminal; to export a screen "
                         "instead, add --screenshot FILE.svg.")
     app = build_race(args) if args.race else build_app(args)

@@ -20,6 +20,7 @@ request): a pipe nobody reads fills up after 64 KiB and the server would block w
 What this file deliberately leaves out: servers on other machines (load those with --url).
 """
 
+import os
 import re
 import signal
 import subprocess
@@ -51,7 +52,8 @@ class Launched:
              "--host", "127.0.0.1", "--port", "0", "--slots", str(slots),
              "--max-queue", str(max_queue), *flags],
             cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True)
+            stderr=subprocess.PIPE, encoding="utf-8", errors="replace",
+            env={**os.environ, "PYTHONIOENCODING": "utf-8"})  # Windows pipes default to cp1252
         self.reader = threading.Thread(target=self.read_log, daemon=True)
         self.reader.start()
 
@@ -84,7 +86,8 @@ class Launched:
                         f"{limit:.0f} s.")
 
     def stop(self, limit: float = 120.0) -> int:
-        """SIGTERM (drain, then exit), then wait; killed if it has not exited within `limit`."""
+        """SIGTERM (drain, then exit), then wait; killed if it has not exited within `limit`.
+        (On Windows, send_signal(SIGTERM) is TerminateProcess: the server ends without a drain.)"""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

@@ -1,0 +1,9 @@
+"""`python -m nanospec …` is the `nanospec` command, for where the venv's scripts folder is not
+on the PATH (Windows: `.venv\\Scripts\\python -m nanospec demo`)."""
+
+import sys
+
+from nanospec.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

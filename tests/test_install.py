@@ -1,0 +1,78 @@
+"""The install path a workshop room takes: the pinned versions, and docs/install.md's Windows
+commands kept in step with the Makefile (the offline install itself is tried by hand and
+recorded in lessons/WORKSHOP.md: it needs a fresh venv and the network off)."""
+
+import re
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins() -> dict[str, str]:
+    """constraints.txt as {name: version}; every line that is not a comment is name==version."""
+    lines = [ln for ln in (REPO / "constraints.txt").read_text(encoding="utf-8").splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    bad = [ln for ln in lines if not re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+!\-]+", ln)]
+    assert not bad, f"constraints.txt lines that pin no exact version: {bad}"
+    return {canonical(ln.split("==")[0]): ln.split("==")[1] for ln in lines}
+
+
+def test_this_environment_is_what_constraints_pin():
+    """The tests run on exactly the pinned versions: a pin that drifted from what CI installs
+    would make 'the versions CI tested' untrue."""
+    pinned, drifted = pins(), []
+    for dist in metadata.distributions():
+        name = canonical(dist.metadata["Name"])
+        if name in pinned and dist.version != pinned[name]:
+            drifted.append(f"{name} {dist.version} (pinned {pinned[name]})")
+    assert not drifted, f"installed versions differ from constraints.txt: {drifted}"
+
+
+def test_every_dependency_of_every_extra_is_pinned():
+    """`make wheelhouse` collects the extras under constraints.txt: a requirement without a pin
+    would be whatever is newest on the day the wheelhouse is made."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    wanted = project["dependencies"] + [r for extra in project["optional-dependencies"].values()
+                                        for r in extra]
+    wanted += tomllib.loads((REPO / "pyproject.toml").read_text(
+        encoding="utf-8"))["build-system"]["requires"]
+    pinned = pins()
+    missing = [r for r in wanted if canonical(Requirement(r).name) not in pinned]
+    assert not missing, f"requirements with no pin in constraints.txt: {missing}"
+    for r in map(Requirement, wanted):  # and each pin satisfies its requirement
+        assert r.specifier.contains(pinned[canonical(r.name)], prereleases=True), r
+
+
+def test_every_make_target_has_a_windows_command():
+    """docs/install.md's table gives every make target as a command for PowerShell."""
+    phony = re.search(r"^\.PHONY:(.*)$", (REPO / "Makefile").read_text(encoding="utf-8"), re.M)
+    targets = phony.group(1).split()
+    doc = (REPO / "docs" / "install.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `make ([\w-]+)` \|", doc, re.M))
+    assert set(targets) == rows, f"Makefile targets {sorted(targets)}, documented {sorted(rows)}"
+
+
+def test_python_m_nanospec_is_the_command():
+    """`python -m nanospec` (what Windows users type) is the nanospec command."""
+    out = subprocess.run([sys.executable, "-m", "nanospec", "--help"], capture_output=True,
+                         encoding="utf-8", cwd=REPO, check=True).stdout
+    assert out.startswith("usage: nanospec") and "demo" in out
+
+
+def test_every_text_file_is_opened_as_utf8():
+    """Windows opens text in the locale's code page (cp1252) unless told: every open() and
+    read_text() in the code names its encoding (ruff's unspecified-encoding rule, PLW1514)."""
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--preview", "--select", "PLW1514", "--no-cache",
+                           "nanospec", "viz", "lessons"], capture_output=True,
+                          encoding="utf-8", cwd=REPO)
+    assert done.returncode == 0, done.stdout
