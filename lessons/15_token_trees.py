@@ -271,7 +271,7 @@ figure("15_token_trees", lambda ax: (
 #
 # Here r cancels: both loops pass over 9 tokens, and per pass the chain brings E8/Et times the
 # tokens on any machine (the z claim). Only drafting can reverse that. Per round the tree's
-# draft model makes 4 passes over 10 tokens and one to re-read the 5 it kept, the chain's 8
+# draft model makes 4 passes over its 9 nodes and one to re-read the 5 it kept, the chain's 8
 # short ones. Where a draft pass costs the same at any width, that is 5 against 8, and the
 # tree wins where a draft pass costs more than the share of a target pass printed below; where
 # width costs, as on a CPU, its wide draft passes eat the saving. The two loops above ran

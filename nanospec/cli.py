@@ -82,6 +82,8 @@ def add_generate(sub) -> None:
     g.add_argument("--top-p", type=float_arg, default=1.0, help="1 = off")
     g.add_argument("--seed", type=int_in(0), default=0)
     g.add_argument("--num-samples", type=int_in(1, 100_000), default=1)
+    g.add_argument("--ignore-eos", action="store_true",
+                   help="go on past <|endoftext|> to --max-new-tokens (fixed-length runs)")
     g.add_argument("--method", choices=list(METHOD_HELP), default="ar",
                    help="; ".join(f"{k} = {v}" for k, v in METHOD_HELP.items()) + " (default ar)")
     g.add_argument("--gamma", type=int_in(1, 32), default=None,
@@ -176,6 +178,9 @@ def add_serve(sub) -> None:
     s.add_argument("--max-queue", type=int_in(0, 100_000), default=64,
                    help="requests that may wait for a slot; past that: 429")
     s.add_argument("--served-model-name", default="nanospec", help="the API's model name")
+    s.add_argument("--api-key", default=None, metavar="KEY",
+                   help="clients must send Authorization: Bearer KEY to /v1 and /tokenize, "
+                        "/detokenize (default: $NANOSPEC_API_KEY; unset: no key)")
     s.set_defaults(func=run_serve)
 
 
@@ -196,6 +201,9 @@ def add_loadtest(sub) -> None:
                    help="closed loop: at least the largest --concurrency (default 128: the "
                         "default sweep takes about 12 minutes on 2 cores)")
     t.add_argument("--max-tokens", type=int_in(1, 4096), default=32)
+    t.add_argument("--ignore-eos", action="store_true",
+                   help="every request goes on past <|endoftext|> to --max-tokens (vLLM's "
+                        "ignore_eos: fixed-length runs)")
     t.add_argument("--temperature", type=float_arg, default=0.0, help="0 = greedy")
     t.add_argument("--rates", default=None, metavar="R1,R2",
                    help="also open-loop Poisson arrivals at these requests/s")

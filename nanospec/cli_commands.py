@@ -39,7 +39,8 @@ def cmd_generate(args) -> None:
                         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                         seed=args.seed, max_new=args.max_new_tokens, num_samples=args.num_samples,
                         with_events=bool(args.trace or args.show), tree=tree,
-                        top=args.siblings != "sample", progress=progress, ssd=ssd)
+                        top=args.siblings != "sample", progress=progress, ssd=ssd,
+                        ignore_eos=args.ignore_eos)
     if args.trace:
         write_jsonl(args.trace, result.events)
     if args.json:

@@ -128,8 +128,9 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
            max_new: int = 32, num_samples: int = 1, with_events: bool = False,
            tree: Tree | None = None, top: bool = True, memory_budget: int = MEMORY_BUDGET,
-           progress=None, ssd: SSDOptions = SSDOptions()) -> Result:
+           progress=None, ssd: SSDOptions = SSDOptions(), ignore_eos: bool = False) -> Result:
     """`tree`: draft a token tree instead of a chain of γ (`top`: top-k siblings, else sampled).
+    `ignore_eos`: go on past <|endoftext|> to max_new tokens (fixed-length runs).
 
     Many samples run in chunks whose caches fit `memory_budget` bytes (measure/samples.py),
     each reported to `progress(samples_done, num_samples)` if given."""
@@ -137,6 +138,8 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
     prompt_ids = tok.encode_prompt(prompt)
     loop, dparams = make_loop(bundle, method, gamma, tree, top, shared=not with_events, ssd=ssd,
                               temperature=temperature)
+    if ignore_eos:
+        loop = replace(loop, eos_id=-1)
     loop.check([len(prompt_ids)], max_new)
     cap = capacity(cfg.n_ctx, bucket(len(prompt_ids), cfg.n_ctx), max_new, loop.block)
     loop = replace(loop, capacity=cap)
@@ -167,7 +170,7 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
         stats.update(metrics(*counters[:3]))
     if method == "ssd":  # each row's first round has no cache yet: the rest could hit
         stats["cache_hit_rate"] = round(counters[3] / max(sum(counters[0]) - len(outs), 1), 4)
-    reasons = [finish_reason(o, tok.eos_id, max_new) for o in outs]
+    reasons = [finish_reason(o, loop.eos_id, max_new) for o in outs]
     n_new = sum(len(o) for o in outs)
     stats.update({"new_tokens": n_new, "compile_seconds": round(compile_s, 3),
                   "generate_seconds": round(run_s, 4),

@@ -72,6 +72,16 @@ def take_rows(seq: jax.Array, start: jax.Array, width: int) -> jax.Array:
     return jax.vmap(lambda row, s: jax.lax.dynamic_slice(row, (s,), (width,)))(seq, start)
 
 
+def tail(length: jax.Array) -> jax.Array:
+    """Where the draft model's block of the last two committed tokens starts: length − 2, or
+    0 for a one-token prompt, which has no second-last token (its block ends in padding).
+
+    >>> tail(jnp.array([5, 2, 1])).tolist()
+    [3, 0, 0]
+    """
+    return jnp.maximum(length - 2, 0)
+
+
 @dataclass(frozen=True)
 class DraftModel(Drafter):
     """A small separate language model sampled autoregressively γ times per round.
@@ -81,6 +91,12 @@ class DraftModel(Drafter):
     token (same value, harmless) and — the subtle part — after a round where all γ drafts
     were accepted it catches up x_γ, the draft's own last token, which it sampled but never
     fed to itself. Fixed shapes, no branch: every round looks the same.
+
+    A one-token prompt has no second-last token: its cache holds nothing, and its block is
+    [the token, padding] at positions 0, 1, the padding's output unread and its slot
+    forgotten (`tail`). A block from slot −1 would leave its first query nothing to attend
+    to: a NaN law, whose NaN keys and values, stale but multiplied by a zero weight, would
+    reach every later query (0 · NaN = NaN) for the rest of the run.
     """
 
     graphdef: Any
@@ -93,18 +109,21 @@ class DraftModel(Drafter):
         cache = init_cache(c.n_layer, c.n_head, c.head_dim, B, capacity or c.n_ctx)
         positions = jnp.broadcast_to(jnp.arange(Lb), (B, Lb))
         _, _, cache = forward(self.graphdef, dparams, tokens, positions, cache)
-        return rollback(cache, lengths - 2)
+        return rollback(cache, tail(lengths))
 
     def propose(self, dparams, cache, seq, length, key, sp, gamma, tilt=None):
         """`tilt(q, i)`, if given, turns the model's law at draft i into the law that draft is
         drawn from — and reported as q (SSD's Saguaro sampling, ssd.py)."""
         law = (lambda q, i: q) if tilt is None else tilt
-        cache = rollback(cache, length - 2)
-        last_two = take_rows(seq, length - 2, 2)  # (B, 2)
-        positions = (length - 2)[:, None] + jnp.arange(2)  # (B, 2)
-        logits, _, cache = forward(self.graphdef, dparams, last_two, positions, cache)
+        start = tail(length)  # (B,) the second-last token's position, 0 for a one-token prompt
+        last_two = take_rows(seq, start, 2)  # (B, 2)
+        positions = start[:, None] + jnp.arange(2)  # (B, 2)
+        logits, _, cache = forward(self.graphdef, dparams, last_two, positions,
+                                   rollback(cache, start))
+        cache = rollback(cache, length)  # a one-token prompt's padding slot is forgotten
         keys = split(key, gamma)
-        q1 = law(sampling_probs(logits[:, -1], sp), 0)  # (B, V)
+        last = jnp.where((length == 1)[:, None], logits[:, 0], logits[:, 1])  # (B, V)
+        q1 = law(sampling_probs(last, sp), 0)  # (B, V): after the last committed token
         x1 = sample_rows(keys[0], q1)  # (B,)
 
         def draft_one(carry, i_and_key):  # feed draft i, sample draft i + 1

@@ -154,8 +154,7 @@ class Tokenizer:
         """A prompt as the model reads it: <|endoftext|> first, then the text.
 
         Every training document follows an <|endoftext|>, so this makes a prompt the start of a
-        fresh document (GPT-2's convention) and guarantees at least two tokens, which the
-        speculative loop relies on.
+        fresh document (GPT-2's convention). The loops themselves need only one token.
         """
         if not text:
             raise UserError("The prompt is empty; give at least one character of text.")

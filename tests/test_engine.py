@@ -177,3 +177,30 @@ def test_each_step_reports_the_drafts_it_proposed_and_accepted_as_the_loop_count
     assert per_round == hist  # the loop's acceptance histogram, round for round
     assert sum(o.drafted for o in steps) == int(stats.drafted[0]) == 3 * sum(hist)
     assert all(len(o.tokens) <= o.accepted + 1 for o in steps)
+
+
+def test_stop_tokens_end_a_request_where_eos_would_end_it_alone(pair):
+    """EOS, a stop id, or (ignore_eos) neither: the engine ends a request at its first stop
+    token exactly where the loop run alone with that token as EOS stops, neighbours or not."""
+    from dataclasses import replace
+    loop = loops(pair)["draft"]
+    (_, _, p), draft = pair
+    r = Request(PROMPT, 12, 1.0, seed=5)
+    full = alone(loop, pair, r)
+    stop = full[5]  # a token the request makes mid-way (maybe earlier too)
+    cut = full[:full.index(stop) + 1]
+    assert alone(replace(loop, eos_id=stop), pair, r) == cut
+    neighbour = Request(PROMPT_B, 10, 1.0, seed=1)
+    eos_engine = Engine(replace(loop, eos_id=stop), p, draft[2], slots=2)
+    got = serve(eos_engine, {0: [r, neighbour, r._replace(ignore_eos=True)]})
+    assert got[0] == cut and got[2] == full
+    assert got[1] == alone(replace(loop, eos_id=stop), pair, neighbour)
+    engine = Engine(loop, p, draft[2], slots=2)
+    outs = []
+    engine.insert(r._replace(stop_ids=(stop,)))
+    while engine.busy:
+        outs += engine.step()
+    assert sum((o.tokens for o in outs), []) == cut and outs[-1].stopped and outs[-1].done
+    with pytest.raises(UserError, match="Token ids are 0 to"):
+        engine.insert(r._replace(stop_ids=(10**6,)))
+    assert engine.free_slots == 2

@@ -190,12 +190,13 @@ def test_a_load_test_of_a_running_server(server, tmp_path, monkeypatch, capsys):
     out = tmp_path / "load.json"
     assert main(["loadtest", "--url", url + "/v1", "--concurrency", "1,2", "--rates", "50",
                  "--requests-per-level", "3", "--max-tokens", "8", "--json", str(out),
-                 "--plots", str(tmp_path / "plots")]) == 0
+                 "--plots", str(tmp_path / "plots"), "--ignore-eos"]) == 0
     after = loadgen.scrape(url)
     assert writes == [out] and [p.name for p in tmp_path.iterdir() if p.is_file()] == [out.name]
     report = json.loads(out.read_text())
     found = report["workloads"]["facts"]
     assert report["plan"]["strategies"] == ["nanospec"]  # --url: labelled by /v1/models
+    assert report["plan"]["ignore_eos"] is True  # and Ask.body sends it (its doctest)
     levels = found["levels"] + found["rates"]
     assert [lv.get("concurrency", lv.get("rate")) for lv in levels] == [1, 2, 50.0]
     runs = [lv["nanospec"] for lv in levels]
@@ -203,6 +204,7 @@ def test_a_load_test_of_a_running_server(server, tmp_path, monkeypatch, capsys):
         assert (run["requests"], run["completed"], run["failed"]) == (3, 3, 0)
         # What the clients counted (usage chunks) is what the server counted, level by level.
         assert run["output_tokens"] == run["server"]["generation_tokens"] > 0
+        assert run["output_tokens"] == 3 * 8  # --ignore-eos: every request runs to max_tokens
         assert 0 <= run["server"]["accepted_tokens"] <= run["server"]["draft_tokens"]
         for name in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
             p = run[name]
@@ -279,6 +281,8 @@ def test_a_server_that_cannot_start_is_one_sentence_with_its_own(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32",
+                    reason="on Windows SIGTERM is TerminateProcess: the server cannot exit 0")
 def test_the_whole_command_launches_and_stops_servers(tmp_path):
     """The real thing on the shipped models: `nanospec serve` launched per strategy on a port
     the system picks, loaded, and stopped with SIGTERM (each exits 0)."""

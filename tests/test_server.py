@@ -10,8 +10,9 @@ disconnects mid-stream are reproduced exactly.
   reference tokens come from the same engine, driven directly, before the server starts);
 - /v1/models, /health, and /metrics under vLLM's names, counting what the clients received;
 - every bad request is its 4xx with OpenAI's error shape, one sentence;
-- a full queue is 429; a client that disconnects frees its slot; stop strings cut the text and
-  never show; a draining server is 503;
+- slots + queue requests are taken, however fast they come, and the next is 429; a client
+  that disconnects frees its slot (within a step or two, streaming or not); stop strings cut
+  the text and never show; a draining server is 503;
 - TextStream (serving/text.py) by known answers: a character split across tokens, a stop
   string split across steps;
 - and one real `nanospec serve` process on the shipped checkpoints: the same text streamed or
@@ -48,12 +49,18 @@ MAX_QUEUE = 1
 
 class Gate:
     """The engine, except that each step first waits for the gate: open (the default), or
-    closed with a budget of steps that `allow` adds to."""
+    closed with a budget of steps that `allow` adds to. It counts the steps (`steps`, and
+    `cancelled_at`: the step count at each cancel), can take `pace` seconds a step (an engine
+    whose steps come faster than any poll, yet slowly enough to count), and holds each insert
+    while `inserts` is clear (the engine thread stopped before a job reaches its slot)."""
 
     def __init__(self, engine):
         self.engine, self.budget, self.cond = engine, None, threading.Condition()
+        self.steps, self.pace, self.cancelled_at = 0, 0.0, []
+        self.inserts = threading.Event()
+        self.inserts.set()
 
-    def __getattr__(self, name):  # insert, cancel, free_slots, loop, ...: the engine's own
+    def __getattr__(self, name):  # free_slots, loop, ...: the engine's own
         return getattr(self.engine, name)
 
     def step(self):
@@ -61,7 +68,17 @@ class Gate:
             self.cond.wait_for(lambda: self.budget is None or self.budget > 0)
             if self.budget is not None:
                 self.budget -= 1
+        time.sleep(self.pace)
+        self.steps += 1
         return self.engine.step()
+
+    def insert(self, request: Request) -> int:
+        self.inserts.wait()
+        return self.engine.insert(request)
+
+    def cancel(self, slot: int) -> None:
+        self.cancelled_at.append(self.steps)
+        self.engine.cancel(slot)
 
     def close(self, steps: int = 0):
         """Let `steps` more steps through, then hold every step until `open`."""
@@ -233,7 +250,7 @@ BAD = [  # (what is wrong, body: a dict or raw text, status, param)
      400, "stream_options.extra"),
     ("no prompt", {"model": "nanospec"}, 400, "prompt"),
     ("prompt of wrong type", {**GOOD, "prompt": 7}, 400, "prompt"),
-    ("two prompts", {**GOOD, "prompt": ["one", "two"]}, 400, "prompt"),
+    ("seventeen prompts", {**GOOD, "prompt": ["one"] * 17}, 400, "prompt"),
     ("empty prompt", {**GOOD, "prompt": ""}, 400, "prompt"),
     ("prompt past the context", {**GOOD, "prompt": "word " * 80}, 400, "prompt"),  # ctx 64
     ("negative temperature", {**GOOD, "temperature": -1}, 400, "temperature"),
@@ -242,8 +259,9 @@ BAD = [  # (what is wrong, body: a dict or raw text, status, param)
     ("top_p above 1", {**GOOD, "top_p": 1.5}, 400, "top_p"),
     ("negative top_k", {**GOOD, "top_k": -2}, 400, "top_k"),
     ("max_tokens 0", {**GOOD, "max_tokens": 0}, 400, "max_tokens"),
-    ("n 2", {**GOOD, "n": 2}, 400, "n"),
-    ("echo", {**GOOD, "echo": True}, 400, "echo"),
+    ("n 17", {**GOOD, "n": 17}, 400, "n"),
+    ("logprobs past 20", {**GOOD, "logprobs": 21}, 400, "logprobs"),
+    ("logprobs in a stream", {**GOOD, "logprobs": 1, "stream": True}, 400, "logprobs"),
     ("negative seed", {**GOOD, "seed": -1}, 400, "seed"),
     # Past int32, which JAX holds them in: top_k's once crashed the engine for good.
     ("top_k past int32", {**GOOD, "top_k": 2**31}, 400, "top_k"),
@@ -275,7 +293,9 @@ def test_a_bad_request_gets_its_status_and_openai_error_shape(live, body, status
 def test_other_mistakes_have_the_error_shape_too(live):
     no_json = httpx.post(live.url + "/v1/completions", content="model=nanospec")
     assert no_json.status_code == 400 and "Content-Type" in no_json.json()["error"]["message"]
-    assert httpx.get(live.url + "/v1/nothing").json()["error"]["message"] == "Not Found."
+    nothing = httpx.get(live.url + "/v1/nothing").json()["error"]["message"]
+    assert nothing.startswith("GET /v1/nothing is not served here") and "/v1/completions" in \
+        nothing
     # The standard fields the official client may send, at values that ask for nothing, pass.
     ok = live.client().completions.create(
         model="nanospec", prompt="The", max_tokens=2, n=1, echo=False, best_of=1,
@@ -309,19 +329,95 @@ def test_a_full_queue_is_429_and_a_waiting_client_that_leaves_is_dropped(live):
     eventually(lambda: live.metrics()["vllm:request_success_total{abort}"] ==
                before["vllm:request_success_total{abort}"] + 1, "the leaver dropped")
     assert live.metrics()["vllm:num_requests_waiting"] == 0
-    second = threading.Thread(target=ask, args=("second",))  # ... and while the first decodes,
-    second.start()  # the second waits for a slot: the queue (of one) is full
-    eventually(lambda: live.metrics()["vllm:num_requests_waiting"] == 1, "second waiting")
+    # ... and while the first decodes (its step held), two more wait: one for the slot the
+    # held engine cannot fill yet, one in the queue (of one). Slots and queue are all taken.
+    others = [threading.Thread(target=ask, args=(name,)) for name in ("second", "third")]
+    for t in others:
+        t.start()
+    eventually(lambda: live.metrics()["vllm:num_requests_waiting"] == 2, "two waiting")
     with pytest.raises(openai.RateLimitError) as refused:
         create(live.client(), CASES[0])
     assert refused.value.status_code == 429
     assert refused.value.response.json()["error"]["code"] == "rate_limit_exceeded"
     live.gate.open()
-    first.join(), second.join()
+    first.join()
+    for t in others:
+        t.join()
     want = text_of(live.tok, live.reference[CASES[1]])
-    assert results["first"].choices[0].text == results["second"].choices[0].text == want
+    assert [results[n].choices[0].text for n in ("first", "second", "third")] == [want] * 3
     assert live.metrics()["vllm:prompt_tokens_total"] == before["vllm:prompt_tokens_total"] + \
-        2 * results["first"].usage.prompt_tokens  # the leaver was never prefilled
+        3 * results["first"].usage.prompt_tokens  # the leaver was never prefilled
+
+
+def test_a_burst_fills_every_slot_and_the_queue_before_a_429(live):
+    """Slots + queue requests are taken, however fast they come: a burst of S + Q + k gets
+    exactly k 429s. The engine thread is held at its first insert, so the burst arrives while
+    slots stand free but unfilled (as it does when requests come faster than admission) and
+    nothing finishes meanwhile: the count is exact."""
+    slots, k = live.gate.n_slots, 2
+    live.gate.inserts.clear()
+    results = {}
+
+    def ask(i):
+        results[i] = httpx.post(live.url + "/v1/completions", timeout=120,
+                                json={**GOOD, "max_tokens": 4, "seed": i})
+
+    burst = [threading.Thread(target=ask, args=(i,)) for i in range(slots + MAX_QUEUE + k)]
+    try:
+        for t in burst:
+            t.start()
+        s = live.scheduler
+        eventually(lambda: len(results) + len(s.waiting) + len(s.admitting) + len(s.running)
+                   == len(burst), "every request answered or in flight")
+        refused = [r for r in results.values() if r.status_code == 429]
+        assert len(refused) == len(results) == k, [r.text for r in results.values()]
+        assert refused[0].json()["error"]["type"] == "rate_limit_error"
+    finally:
+        live.gate.inserts.set()
+        for t in burst:
+            t.join()
+    assert sorted(r.status_code for r in results.values()) == [200] * (slots + MAX_QUEUE) + \
+        [429] * k
+
+
+def test_a_non_streaming_client_that_disconnects_is_cancelled_within_a_step(live):
+    """Deltas come every step, here every 50 ms (faster than any poll for a hang-up would
+    look): clients that wait for whole completions and hang up mid-decode are cancelled within
+    a step or two, counted in engine steps, and their requests never run to max_tokens."""
+    before = live.metrics()
+    prompt_tokens = len(live.tok.encode_prompt(GOOD["prompt"]))
+    body = {**GOOD, "max_tokens": 64 - prompt_tokens, "temperature": 1.0, "seed": 3}
+    raw = json.dumps(body).encode()
+    n = live.gate.n_slots + MAX_QUEUE  # every slot decoding, one waiting
+    live.gate.pace = 0.05
+    try:
+        socks = []
+        for _ in range(n):
+            socks.append(socket.create_connection(("127.0.0.1", int(live.url.rsplit(":")[-1]))))
+            socks[-1].sendall(b"POST /v1/completions HTTP/1.1\r\nHost: test\r\n"
+                              b"Content-Type: application/json\r\n"
+                              b"Content-Length: %d\r\n\r\n%s" % (len(raw), raw))
+        eventually(lambda: len(live.scheduler.running) == live.gate.n_slots and
+                   live.metrics()["vllm:generation_tokens_total"] >
+                   before["vllm:generation_tokens_total"], "every slot decoding")
+        live.gate.cancelled_at.clear()
+        at_close = live.gate.steps
+        for s in socks:
+            s.close()
+        eventually(lambda: not live.scheduler.running and not live.scheduler.waiting,
+                   "every slot free")
+    finally:
+        live.gate.pace = 0.0
+    eventually(lambda: live.metrics()["vllm:request_success_total{abort}"] ==
+               before["vllm:request_success_total{abort}"] + n, "all of them aborted", limit=5)
+    after = live.metrics()
+    assert len(live.gate.cancelled_at) == live.gate.n_slots  # the waiting one left the queue
+    # (the step running at the close, one more, and one for a busy machine)
+    assert max(live.gate.cancelled_at) - at_close <= 3, (at_close, live.gate.cancelled_at)
+    for reason in ("stop", "length"):  # none ran to its end
+        assert after[f"vllm:request_success_total{{{reason}}}"] == \
+            before[f"vllm:request_success_total{{{reason}}}"]
+    assert after["vllm:num_requests_running"] == after["vllm:num_requests_waiting"] == 0
 
 
 def test_a_client_that_disconnects_mid_stream_frees_its_slot(live):
@@ -405,12 +501,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve_process(python_args: list[str], *flags: str) -> tuple[subprocess.Popen, str]:
-    """`nanospec serve FLAGS` on the shipped checkpoints as its own process (started by
-    `python PYTHON_ARGS`), and its URL, once /health answers 200."""
+def serve_process(python_args: list[str], *flags: str,
+                  checkpoints=SHIPPED) -> tuple[subprocess.Popen, str]:
+    """`nanospec serve FLAGS` on `checkpoints` (default the shipped ones) as its own process
+    (started by `python PYTHON_ARGS`), and its URL, once /health answers 200."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, *python_args, "--checkpoints", str(SHIPPED), "serve", "--port",
+        [sys.executable, *python_args, "--checkpoints", str(checkpoints), "serve", "--port",
          str(port), *flags], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
         stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
@@ -430,6 +527,8 @@ def serve_process(python_args: list[str], *flags: str) -> tuple[subprocess.Popen
     return proc, url
 
 
+@pytest.mark.skipif(sys.platform == "win32",
+                    reason="on Windows SIGTERM is TerminateProcess: there is no drain to test")
 def test_nanospec_serve_streams_and_drains_on_sigterm():
     """The real command on the shipped checkpoints, as a process: the same text streamed or
     not, then SIGTERM while a stream is in flight — it ends normally and the process exits 0.
@@ -449,9 +548,15 @@ def test_nanospec_serve_streams_and_drains_on_sigterm():
         streamed = "".join(c.choices[0].text for c in client.completions.create(**ask,
                                                                                stream=True))
         assert whole == streamed and whole.startswith(" Paris")
+        # max_tokens must fit the context after the prompt (vLLM's rule): 8 + 200 > 200.
+        over = httpx.post(url + "/v1/completions", json={
+            "model": "nanospec", "prompt": "def capital_of(country):", "max_tokens": 200})
+        assert over.status_code == 400 and over.json()["error"]["param"] == "max_tokens"
+        assert "max_tokens is 200 but the prompt is 8 tokens and a request here holds 200" in \
+            over.json()["error"]["message"]
         # A long one (132 tokens, then <|endoftext|>), signalled after its first chunk.
         stream = client.completions.create(**{**ask, "prompt": "def capital_of(country):",
-                                              "max_tokens": 200}, stream=True)
+                                              "max_tokens": 180}, stream=True)
         chunks = [next(stream)]
         proc.send_signal(signal.SIGTERM)  # mid-stream
         chunks += list(stream)
@@ -467,8 +572,8 @@ def test_nanospec_serve_streams_and_drains_on_sigterm():
 
 def test_doctests():
     import doctest
-    from nanospec.serving import launch, text
-    assert doctest.testmod(text).failed == doctest.testmod(launch).failed == 0
+    from nanospec.serving import api, launch, text
+    assert [doctest.testmod(m).failed for m in (api, launch, text)] == [0, 0, 0]
 
 
 def test_a_port_in_use_is_one_sentence(capsys):

@@ -98,3 +98,15 @@ def test_loading_refuses_a_corrupted_copy(tmp_path):
     from nanospec.errors import UserError
     with pytest.raises(UserError, match="corrupted"):
         load_models(tmp_path, ["draft"])
+
+
+def test_ignore_eos_goes_past_the_end_of_text_with_the_same_tokens_before_it(bundle):
+    """The shipped target ends its answer about France with <|endoftext|> (43 tokens);
+    `ignore_eos` keeps every token up to it and goes on to max_new (generate --ignore-eos)."""
+    prompt = "The capital of France is"
+    short = decode(bundle, prompt, method="draft", temperature=0, max_new=60)
+    full = decode(bundle, prompt, method="draft", temperature=0, max_new=60, ignore_eos=True)
+    n = len(short.tokens[0])
+    assert short.finish_reasons == ["stop"] and n < 60
+    assert full.finish_reasons == ["length"] and len(full.tokens[0]) == 60
+    assert full.tokens[0][:n] == short.tokens[0]

@@ -53,11 +53,18 @@ class Ask:
     model: str  # the served model's name (GET /v1/models)
     max_tokens: int = 32  # tokens to generate (fewer if the model ends the text)
     temperature: float = 0.0  # 0: greedy
+    ignore_eos: bool = False  # vLLM's: every request runs to max_tokens (fixed-length runs)
 
     def body(self, prompt: str, seed: int) -> dict:
+        """One request's body.
+
+        >>> Ask("m", 4, ignore_eos=True).body("Hi", 7)["ignore_eos"]
+        True
+        """
         return {"model": self.model, "prompt": prompt, "max_tokens": self.max_tokens,
                 "temperature": self.temperature, "seed": seed, "stream": True,
-                "stream_options": {"include_usage": True}}
+                "stream_options": {"include_usage": True},
+                **({"ignore_eos": True} if self.ignore_eos else {})}
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
     nanospec loadtest [--strategies ar,draft,adaptive,vllm-disable] [--workloads facts,mixed]
                       [--concurrency 1,2,4,8,16,32,64] [--requests-per-level 128]
-                      [--max-tokens 32] [--temperature 0] [--rates 2,8] [--json FILE]
-                      [--plots DIR] [--url URL [--label NAME]]
+                      [--max-tokens 32] [--ignore-eos] [--temperature 0] [--rates 2,8]
+                      [--json FILE] [--plots DIR] [--url URL [--label NAME]]
 
 The through-the-server version of measure/crossover.py: the same question — where does
 speculation stop paying as concurrency grows? — asked the way a user meets it, with HTTP,
@@ -78,6 +78,7 @@ class Plan:
     checkpoints: str = ""
     method: str = "draft"  # the speculative strategies' drafter
     max_len: int | None = None  # serve --max-model-len (None: the model's context)
+    ignore_eos: bool = False  # every request asks for max_tokens exactly (vLLM's ignore_eos)
 
     def serve_flags(self, strategy: str) -> list[str]:
         """The `nanospec serve` flags of `strategy`'s servers in this sweep."""
@@ -107,7 +108,7 @@ def run_level(url: str, prompts: list[str], plan: Plan, level: dict, progress: P
               label: str) -> dict:
     """One strategy at one level — {"concurrency": C} or {"rate": λ} — with a live progress
     line (requests done, running tokens/s): its summary, and the server's figures."""
-    ask = Ask(served_model(url), plan.max_tokens, plan.temperature)
+    ask = Ask(served_model(url), plan.max_tokens, plan.temperature, plan.ignore_eos)
     what = f"C = {level['concurrency']}" if "concurrency" in level else f"{level['rate']} req/s"
     task = progress.add_task(f"{label} {what}", total=plan.requests, rate="")
     start, tokens = time.perf_counter(), [0]
@@ -223,7 +224,7 @@ def plan_from(args) -> Plan:
     return Plan(tuple(strategies), tuple(workloads), tuple(concurrency), args.requests_per_level,
                 tuple(rates_from(args.rates)), args.max_tokens, args.temperature, args.gamma,
                 args.disable_at, args.slots, url if args.url else None, args.checkpoints,
-                method, args.max_model_len)
+                method, args.max_model_len, args.ignore_eos)
 
 
 def rates_from(text: str | None) -> list[float]:

@@ -6,15 +6,34 @@ A request body (https://platform.openai.com/docs/api-reference/completions):
      "temperature": 0, "top_p": 1, "top_k": 0, "seed": 7, "stop": ["\\n"], "stream": true,
      "stream_options": {"include_usage": true}}
 
-`top_k` is vLLM's extension (0 or -1: off). The other standard OpenAI fields are accepted at
-the values that ask for nothing (the official client may send them: "n": 1, "echo": false,
-"logprobs": null, "presence_penalty": 0, ...); any other value is a 400 that names the field,
-and so is a field OpenAI does not have. Every error has OpenAI's shape:
+`prompt` takes OpenAI's four forms: a text, token ids (used as given: no start token is put
+before them), or a list of up to 16 of either. `n` (1 to 16) completions of each prompt are
+its choices, each its own engine job: choice i of a prompt samples with seed + i (so with
+temperature 0 they are all the same), and prompt p's come at index p * n + i, as OpenAI
+numbers them. A request's choices all fit in the server's slots + queue or it gets a 429 (a
+400 if they could never fit); usage counts each prompt once and every choice's tokens.
+
+vLLM's extensions: `top_k` (0 or -1: off), `ignore_eos` (go on past <|endoftext|> to
+max_tokens), `stop_token_ids` (up to 64 more tokens that end a completion, as EOS does:
+finish_reason "stop", the token counted in usage but not in the text) and `min_tokens` at 0
+only (see check_body for why). `logprobs` (0 to 20: vLLM's limit, OpenAI's is 5) and `echo`
+are OpenAI's (logprobs.py: the target's logprobs, whatever drafted the tokens); `echo` with
+`max_tokens` 0 scores the prompt without generating (how lm-eval scores a model; vLLM allows
+it, and max_tokens 0 is refused without echo); `logprobs` is refused in a stream (it is
+scored once a choice ends). The other standard OpenAI fields are accepted at the values
+that ask for nothing (the official client may send them: "suffix": null,
+"presence_penalty": 0, ...); any other value is a 400 that names the field,
+and so is a field OpenAI does not have. So is anything OpenAI or vLLM refuse: a value of the
+wrong JSON type (no coercion: "max_tokens": "16" or true, "stream": "yes"; a whole number is
+a valid float, "temperature": 1), more than 4 stop strings, stream_options without stream,
+and a max_tokens the context cannot hold after the prompt (vLLM's rule; an omitted max_tokens
+is OpenAI's 16, or the room left if less). Every error has OpenAI's shape:
 
     {"error": {"message": "temperature must be between 0 and 2, got -1.0.",
                "type": "invalid_request_error", "param": "temperature", "code": null}}
 
-What this file deliberately leaves out: chat completions, logprobs, echo, n > 1, penalties.
+What this file deliberately leaves out: chat completions, logprobs in a stream, best_of (but
+equal to n), min_tokens above 0, penalties.
 """
 
 import json
@@ -25,6 +44,7 @@ from pydantic import BaseModel, ConfigDict
 
 from nanospec.cli_args import INT32_MAX, check_sampling
 from nanospec.errors import UserError
+from nanospec.score import MOST_TOP
 
 
 class ApiError(Exception):
@@ -41,8 +61,27 @@ class ApiError(Exception):
                           "code": self.code}}
 
 
+class ErrorDetail(BaseModel):
+    message: str  # one sentence
+    type: str  # invalid_request_error, rate_limit_error, server_error, ...
+    param: str | None  # the request field at fault, if one is
+    code: str | None  # e.g. model_not_found, context_length_exceeded, rate_limit_exceeded
+
+
+class ErrorBody(BaseModel):
+    """Every error the server sends (for the OpenAPI schema: ApiError.body() builds it)."""
+
+    error: ErrorDetail
+
+
+# subtle: strict, as OpenAI's API is: "16" is not a number and "yes" is not a boolean here
+# (pydantic's default would coerce both). In strict mode a float field still takes a whole
+# number, so "temperature": 1 is 1.0.
+STRICT = ConfigDict(extra="forbid", strict=True)
+
+
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     include_usage: bool = False  # one last chunk with the token counts
     continuous_usage_stats: bool = False  # vLLM's: the counts so far in every chunk too
 
@@ -50,10 +89,11 @@ class StreamOptions(BaseModel):
 class CompletionBody(BaseModel):
     """POST /v1/completions: every field OpenAI documents, plus vLLM's top_k."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     model: str
-    prompt: str | list[str]  # a list may hold one string (one prompt per request)
-    max_tokens: int | None = 16  # OpenAI's default
+    # OpenAI's four forms: a text, token ids, or a list of either (one set of choices each)
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = None  # None: OpenAI's 16, or the room the context has left
     temperature: float | None = 1.0  # 0 = greedy
     top_p: float | None = 1.0  # 1 = off
     top_k: int | None = 0  # vLLM's extension: 0 or -1 = off
@@ -61,11 +101,15 @@ class CompletionBody(BaseModel):
     stop: str | list[str] | None = None  # the text ends before the first of these
     stream: bool | None = False
     stream_options: StreamOptions | None = None
+    n: int | None = 1  # completions of each prompt, each its own engine job (seed + i)
+    # vLLM's extensions:
+    ignore_eos: bool = False  # go on past <|endoftext|> to max_tokens (fixed-length runs)
+    stop_token_ids: list[int] | None = None  # more tokens that end a completion (not in its text)
+    min_tokens: int = 0  # refused above 0: see check_body
+    echo: bool | None = False  # the prompt's text (and with logprobs, its tokens) first
+    logprobs: int | None = None  # None: none; k: each token's and the k likeliest (0 to 20)
     # OpenAI fields accepted only at the value that asks for nothing:
-    n: int | None = 1
-    best_of: int | None = None
-    echo: bool | None = False
-    logprobs: int | None = None
+    best_of: int | None = None  # (or n: as many candidates as choices is n itself)
     suffix: str | None = None
     presence_penalty: float | None = 0.0
     frequency_penalty: float | None = 0.0
@@ -73,16 +117,41 @@ class CompletionBody(BaseModel):
     user: str | None = None  # an end-user id; nanospec has no use for it
 
 
+class TokenizeBody(BaseModel):
+    """POST /tokenize, as vLLM serves it: {"tokens", "count", "max_model_len"} back."""
+
+    model_config = STRICT
+    model: str | None = None  # if given, the served model's name
+    prompt: str
+    add_special_tokens: bool = True  # the start token /v1/completions puts before a text
+    return_token_strs: bool | None = False  # also "token_strs": each token as text
+
+
+class DetokenizeBody(BaseModel):
+    """POST /detokenize, as vLLM serves it: {"prompt": the text of the tokens} back."""
+
+    model_config = STRICT
+    model: str | None = None
+    tokens: list[int]
+
+
 # field -> the values at which an unsupported OpenAI feature is off.
-NOTHING_ASKED = {"n": (None, 1), "best_of": (None, 1), "echo": (None, False),
-                 "logprobs": (None,), "suffix": (None, ""), "presence_penalty": (None, 0),
+NOTHING_ASKED = {"suffix": (None, ""), "presence_penalty": (None, 0),
                  "frequency_penalty": (None, 0), "logit_bias": (None, {})}
 
 
 # field -> the closed range of its values (JAX holds the integers as int32; OpenAI's range for
 # temperature). top_p's range, (0, 1], is checked with the sampling settings below.
-RANGES = {"max_tokens": (1, INT32_MAX), "seed": (0, INT32_MAX), "top_k": (-1, INT32_MAX),
-          "temperature": (0, 2)}
+RANGES = {"max_tokens": (0, INT32_MAX), "seed": (0, INT32_MAX), "top_k": (-1, INT32_MAX),
+          "temperature": (0, 2), "n": (1, 16), "logprobs": (0, MOST_TOP)}
+# n's bound, 16 (OpenAI's is 128): every choice is a whole engine job, taking a slot or a
+# place in the queue, and a request's choices are taken all together or not at all; past a
+# small server's slots + queue a larger n could never run, and well before that one request
+# would hold every slot. MAX_PROMPTS bounds a list of prompts the same way.
+MAX_PROMPTS = 16
+MAX_STOPS = 4  # OpenAI's limit on stop strings
+MAX_STOP_IDS = 64  # stop_token_ids (vLLM has no limit; each is checked against every token)
+DEFAULT_MAX_TOKENS = 16  # OpenAI's, for a request that leaves max_tokens out
 
 
 def check_body(body: CompletionBody, served: str) -> None:
@@ -94,22 +163,79 @@ def check_body(body: CompletionBody, served: str) -> None:
         if getattr(body, field) not in off:
             raise ApiError(400, f"{field} is not supported by nanospec; leave it out "
                                 f"(or at {json.dumps(off[-1])}).", field)
-    if isinstance(body.prompt, list) and len(body.prompt) != 1:
-        raise ApiError(400, f"prompt must be one string (or a list of one), got a list of "
+    if body.best_of not in (None, body.n or 1):
+        raise ApiError(400, "best_of is not supported by nanospec; leave it out (or equal to "
+                            "n).", "best_of")
+    if body.min_tokens != 0:
+        # subtle: exact min_tokens means the target's law at each position before it has EOS
+        # and the stop ids masked out, inside the verify pass (and the draft's likewise);
+        # cutting them afterwards would change the law of everything after.
+        raise ApiError(400, "min_tokens is not served by nanospec (only 0): a speculative "
+                            "round would have to mask EOS and the stop tokens out of the "
+                            "target's law at each position before it, which its loops do "
+                            "not do.", "min_tokens")
+    if isinstance(body.prompt, list) and not body.prompt:
+        raise ApiError(400, "prompt is an empty list; give a text, token ids, or a list of "
+                            "either.", "prompt")
+    if isinstance(body.prompt, list) and isinstance(body.prompt[0], (str, list)) and \
+            len(body.prompt) > MAX_PROMPTS:
+        raise ApiError(400, f"prompt takes at most {MAX_PROMPTS} prompts, got "
                             f"{len(body.prompt)}.", "prompt")
+    if len(body.stop_token_ids or ()) > MAX_STOP_IDS:
+        raise ApiError(400, f"stop_token_ids takes at most {MAX_STOP_IDS} ids, got "
+                            f"{len(body.stop_token_ids)}.", "stop_token_ids")
     for field, (lo, hi) in RANGES.items():
         value = getattr(body, field)
         if value is not None and not lo <= value <= hi:  # NaN fails this too
             raise ApiError(400, f"{field} must be between {lo} and {hi}, got {value}.", field)
+    if len(stops(body)) > MAX_STOPS:
+        raise ApiError(400, f"stop takes at most {MAX_STOPS} strings, got "
+                            f"{len(stops(body))}.", "stop")
     if any(s == "" for s in stops(body)):
         raise ApiError(400, "A stop string is empty; every stop string needs a character.",
                        "stop")
+    if body.stream_options is not None and not body.stream:
+        raise ApiError(400, "stream_options is only for a stream; set stream to true or leave "
+                            "stream_options out.", "stream_options")
+    if body.max_tokens == 0 and not body.echo:
+        raise ApiError(400, "max_tokens must be at least 1 unless echo is true (max_tokens 0 "
+                            "with echo scores the prompt without generating).", "max_tokens")
+    if body.stream and body.logprobs is not None:
+        raise ApiError(400, "logprobs cannot be streamed here: they are the target's, scored "
+                            "once a completion ends; leave stream out to get them.", "logprobs")
     try:
         check_sampling(*sampling(body))
     except UserError as e:  # the CLI's sentence, with the API's field name for the flag's
         field = next(f for f in ("temperature", "top_k", "top_p")
                      if flag(f) in str(e))
         raise ApiError(400, str(e).replace(flag(field), field), field) from None
+
+
+def check_prompt_chars(text: str, max_chars: int) -> None:
+    """A prompt longer than `max_chars` characters cannot fit the context, whatever its tokens
+    (see Service.max_chars): refuse it without tokenizing it."""
+    if len(text) > max_chars:
+        raise ApiError(400, f"The prompt is {len(text)} characters long, more than any prompt "
+                            f"a request here can hold ({max_chars} characters at most); "
+                            f"shorten it.", "prompt", "context_length_exceeded")
+
+
+def max_new_tokens(body: CompletionBody, prompt_tokens: int, n_ctx: int) -> int:
+    """The tokens to generate: max_tokens, which must fit the context after the prompt (a 400
+    naming both numbers, as vLLM does), or when it is left out OpenAI's 16, or the room left.
+
+    >>> max_new_tokens(CompletionBody(model="m", prompt="p"), prompt_tokens=60, n_ctx=64)
+    4
+    """
+    room = n_ctx - prompt_tokens  # at least 1: a prompt that fills the context is refused first
+    if body.max_tokens is None:
+        return min(DEFAULT_MAX_TOKENS, room)
+    if body.max_tokens > room:
+        raise ApiError(400, f"max_tokens is {body.max_tokens} but the prompt is {prompt_tokens} "
+                            f"tokens and a request here holds {n_ctx}, leaving room for {room}; "
+                            f"lower max_tokens or shorten the prompt.", "max_tokens",
+                       "context_length_exceeded")
+    return body.max_tokens
 
 
 def flag(field: str) -> str:
@@ -124,33 +250,29 @@ def sampling(body: CompletionBody) -> tuple[float, int, float]:
     return temperature, top_k, 1.0 if body.top_p is None else body.top_p
 
 
-def prompt_text(body: CompletionBody) -> str:
-    return body.prompt if isinstance(body.prompt, str) else body.prompt[0]
+def prompts(body: CompletionBody) -> list[str | list[int]]:
+    """The request's prompts, each a text or token ids (choices index them in this order).
+
+    >>> prompts(CompletionBody(model="m", prompt=[5, 6]))
+    [[5, 6]]
+    """
+    if isinstance(body.prompt, str) or isinstance(body.prompt[0], int):
+        return [body.prompt]
+    return list(body.prompt)
+
+
+def check_token_ids(ids: list[int], vocab: int, field: str) -> None:
+    """Token ids given by the client (a prompt, stop_token_ids) must be in the vocabulary."""
+    bad = next((t for t in ids if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise ApiError(400, f"{field} holds the token id {bad}, outside the vocabulary (0 to "
+                            f"{vocab - 1}).", field)
+    if field == "prompt" and not ids:
+        raise ApiError(400, "A prompt of token ids is empty; give at least one id.", "prompt")
 
 
 def stops(body: CompletionBody) -> list[str]:
     return [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
-
-
-def validation_error(errors: list[dict]) -> ApiError:
-    """FastAPI's validation errors (a body that is not JSON, a wrong type, an unknown or
-    missing field) as one 400 that names the first problem."""
-    e = errors[0]
-    where = [str(x) for x in e.get("loc", ()) if x != "body"]
-    field = where[0] if where else None  # the top-level field, which OpenAI's "param" names
-    if e["type"] == "json_invalid":
-        return ApiError(400, "The request body is not valid JSON.")
-    if e["type"] == "extra_forbidden":
-        name = ".".join(where)
-        return ApiError(400, f"Unknown field {name!r}; see the OpenAI completions API for "
-                             f"the fields nanospec accepts.", name)
-    if e["type"] == "missing":
-        return ApiError(400, f"The field {field!r} is required.", field)
-    if field is None:
-        return ApiError(400, "The request body must be a JSON object of completion settings.")
-    # (Past the field, a location names the member of a union that failed: "prompt.str".)
-    message = e["msg"][0].lower() + e["msg"][1:].rstrip(".")
-    return ApiError(400, f"{field}: {message}.", field)
 
 
 def completion_id() -> str:
@@ -162,9 +284,12 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def completion(cid: str, model: str, text: str, finish: str | None, choices: bool = True,
-               **extra) -> dict:
-    """A completion object, or (finish None, or no choices) one chunk of a stream of them."""
-    choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
+def choice(text: str, finish: str | None, index: int = 0, logprobs: dict | None = None) -> dict:
+    """One choice of a completion (or of a chunk: finish None until its last)."""
+    return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish}
+
+
+def completion(cid: str, model: str, choices: list[dict], **extra) -> dict:
+    """A completion object, or one chunk of a stream of them (no choices: the usage chunk)."""
     return {"id": cid, "object": "text_completion", "created": int(time.time()),
-            "model": model, "choices": [choice] if choices else [], **extra}
+            "model": model, "choices": choices, **extra}

@@ -38,7 +38,7 @@ attention), and computing only busy slots.
 """
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import jax
@@ -64,6 +64,8 @@ class Request(NamedTuple):
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+    ignore_eos: bool = False  # go on past <|endoftext|> (vLLM's; fixed-length benchmark runs)
+    stop_ids: tuple[int, ...] = ()  # more tokens that end the request (vLLM's stop_token_ids)
 
 
 class Output(NamedTuple):
@@ -74,6 +76,7 @@ class Output(NamedTuple):
     done: bool  # the request finished (EOS, max_new or the context's end)
     drafted: int = 0  # drafts proposed to this slot this step (0: autoregressive)
     accepted: int = 0  # how many of them the target accepted
+    stopped: bool = False  # it ended on a stop token (EOS or a stop id), the last of `tokens`
 
 
 @dataclass
@@ -81,6 +84,7 @@ class _Slot:
     request: Request
     start: int  # prompt length: generated tokens begin here
     sent: int  # generated tokens already handed out
+    stops: frozenset  # the tokens that end this request
 
 
 class Engine:
@@ -98,7 +102,11 @@ class Engine:
                             f"model's context), got {max_len}.")
         if mesh is not None:
             check_slots(slots, mesh)
-        self.loops = step_loops(loop, policy, self.max_len)
+        # Stop tokens are each request's own (EOS unless ignore_eos, and its stop ids), so the
+        # steps stop at none (eos_id −1) and `step` ends a request at its first one: a row's
+        # tokens up to it are the tokens it would make alone, with EOS stopping it in the loop.
+        self.eos_id = loop.eos_id
+        self.loops = step_loops(replace(loop, eos_id=-1), policy, self.max_len)
         self.loop = self.loops[max(self.loops, key=lambda g: g or 0)]  # prefills, checks
         self.policy, self.acceptance = policy, Acceptance()
         self.paused = False  # the last step was a plain one (γ = 0): redraft before drafting
@@ -124,9 +132,10 @@ class Engine:
         """Free every slot and start from empty rows: how the engine begins, and how the
         server recovers from a step that failed (its state may then be half-donated)."""
         slots = self.n_slots
-        # Every row starts finished (any prompt will do), so the loop skips it; each gets its
-        # own key and round counter (replaced by the request's own on insert).
-        tokens, lengths = pad_prompts([[0]] * slots, self.max_len)
+        # Every row starts finished (any prompt of two tokens will do: one token would send the
+        # heads down their one-token path every round, heads/drafters.py), so the loop skips
+        # it; each gets its own key and round counter (replaced by the request's own on insert).
+        tokens, lengths = pad_prompts([[0, 0]] * slots, self.max_len)
         empty = self._prefill(self.params, self.dparams, tokens, lengths, jax.random.key(0))
         self.state = empty._replace(done=jnp.ones_like(empty.done),
                                     step=jnp.zeros(slots, jnp.int32),
@@ -164,6 +173,10 @@ class Engine:
             raise UserError(f"The prompt is {len(request.prompt)} tokens long but this engine's "
                             f"context holds {self.max_len}, leaving no room to generate; "
                             f"shorten it.")
+        vocab = self.loop.cfg.vocab_size
+        if not all(0 <= t < vocab for t in (*request.prompt, *request.stop_ids)):
+            raise UserError(f"Token ids are 0 to {vocab - 1} (the vocabulary); this request "
+                            f"has others in its prompt or stop ids.")
         # subtle: everything that can fail on this request's values happens before the first
         # write into the engine's (donated) state, so a refusal leaves the other slots intact.
         tokens, lengths = pad_prompts([request.prompt], self.max_len)
@@ -175,7 +188,8 @@ class Engine:
         self.state = self._insert(self.state, one, at)
         self.sp = self._insert(self.sp, sp, at)
         self.max_new = self._insert(self.max_new, max_new, at)
-        self.slots[at] = _Slot(request, len(request.prompt), 0)
+        stops = set(request.stop_ids) | ({self.eos_id} - {-1} if not request.ignore_eos else set())
+        self.slots[at] = _Slot(request, len(request.prompt), 0, frozenset(stops))
         return at
 
     def warm(self, prompt_lengths) -> None:
@@ -188,7 +202,7 @@ class Engine:
         for width in sorted({bucket(n, n_ctx) for n in prompt_lengths if 0 < n < n_ctx}):
             tokens, lengths = pad_prompts([[0] * min(width, n_ctx - 1)], n_ctx)
             self._prefill(self.params, self.dparams, tokens, lengths, jax.random.key(0))
-        self.cancel(self.insert(Request([0], 1)))  # copying a request in, and freeing it
+        self.cancel(self.insert(Request([0, 0], 1)))  # copying a request in, and freeing it
         for step in self._steps.values():
             self.state = step(self.params, self.dparams, self.state, self.sp, self.max_new)[0]
         if 0 in self.loops:
@@ -260,8 +274,13 @@ class Engine:
             if slot is None:
                 continue
             n = int(n_new[i])
-            out.append(Output(i, seq[i, slot.start + slot.sent:slot.start + n].tolist(),
-                              bool(done[i]), int(drafted[i]), int(accepted[i])))
+            new = seq[i, slot.start + slot.sent:slot.start + n].tolist()
+            cut = next((j for j, t in enumerate(new) if t in slot.stops), None)
+            if cut is not None:  # the tokens after it in this round are dropped with the row
+                new = new[:cut + 1]
+                self.cancel(i)
+            out.append(Output(i, new, bool(done[i]) or cut is not None, int(drafted[i]),
+                              int(accepted[i]), stopped=cut is not None))
             slot.sent = n
             if done[i]:
                 self.slots[i] = None

@@ -3,6 +3,7 @@
     nanospec serve [--host 127.0.0.1] [--port 8000] [--method ar|draft|ngram|medusa|eagle|mtp|ssd]
                    [--gamma K] [--adaptive] [--speculative-config JSON] [--slots 8]
                    [--max-model-len N] [--max-queue 64] [--served-model-name nanospec]
+                   [--api-key KEY]
 
 --speculative-config takes vLLM's form, so a vLLM command line carries over:
 
@@ -12,6 +13,10 @@
                            "disable_by_batch_size": 16}'
 
 --adaptive chooses γ (0 to --gamma) every step by goodput (serving/adaptive.py).
+
+--api-key (or the environment's NANOSPEC_API_KEY; the flag wins) makes clients send
+`Authorization: Bearer KEY` (server.ApiKey). The environment keeps the key out of `ps` and
+shell history; the server never prints it.
 
 The order matters for the user: everything that can be wrong with the flags, and the port,
 is checked before the models load, so a mistake is one sentence within a second. Then the
@@ -23,6 +28,7 @@ What this file deliberately leaves out: the HTTP app (server.py), and the engine
 """
 
 import json
+import os
 import signal
 import socket
 import sys
@@ -118,6 +124,19 @@ def warm_up(engine: Engine) -> None:
         engine.probe([0, 0])
 
 
+def api_key_of(args) -> str | None:
+    """--api-key, else $NANOSPEC_API_KEY, else None (no key). An empty or blank key is a
+    mistake, not "no key": a server meant to be guarded would be open."""
+    key = args.api_key if getattr(args, "api_key", None) is not None else \
+        os.environ.get("NANOSPEC_API_KEY")
+    if key is not None and not (key and key == key.strip() and key.isascii()
+                                and key.isprintable()):  # what an HTTP header carries as is
+        raise UserError("The API key (--api-key or NANOSPEC_API_KEY) must be printable ASCII, "
+                        "not empty and with no spaces at its ends; unset it to serve without "
+                        "one.")
+    return key
+
+
 def listen(host: str, port: int) -> socket.socket:
     """The server's socket, bound now: a port in use is one sentence, not a log line later."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -154,16 +173,18 @@ def cmd_serve(args) -> int | None:
     from nanospec.decode import Bundle, needs
     from nanospec.serving.server import build_app
     spec = speculation(args)
+    api_key = api_key_of(args)
     sock = listen(args.host, args.port)
     bundle = Bundle.load(args.checkpoints, needs(spec["method"]))
     engine = build_engine(bundle, slots=args.slots, max_len=args.max_model_len, **spec)
     warm_up(engine)
-    app = build_app(engine, bundle.tok, args.served_model_name, args.max_queue)
+    app = build_app(engine, bundle.tok, args.served_model_name, args.max_queue,
+                    api_key=api_key)
     server = draining(uvicorn.Server, app.state.service.scheduler)(
         uvicorn.Config(app, log_level="info"))
     print(f"nanospec: serving {args.served_model_name!r} ({spec['method']}, {args.slots} "
-          f"slots) on http://{args.host}:{sock.getsockname()[1]}/v1", file=sys.stderr,
-          flush=True)
+          f"slots) on http://{args.host}:{sock.getsockname()[1]}/v1"
+          f"{' (API key required)' if api_key else ''}", file=sys.stderr, flush=True)
     # subtle: after shutting down, uvicorn re-raises the signal it caught, and the default
     # SIGTERM handler would kill the process with it. A server that drained has done what
     # SIGTERM asked, so that re-raised signal does nothing and the command exits 0.

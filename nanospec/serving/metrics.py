@@ -8,17 +8,34 @@ vllm/v1/spec_decode/metrics.py), with the same `model_name` and `engine` labels:
     vllm:prompt_tokens_total             counter    prompt tokens prefilled
     vllm:generation_tokens_total         counter    tokens generated (what the clients get)
     vllm:request_success_total           counter    finished requests, by finished_reason
+    vllm:kv_cache_usage_perc             gauge      share of the KV cache holding tokens (0-1)
     vllm:time_to_first_token_seconds     histogram  arrival -> the step with the first token
     vllm:inter_token_latency_seconds     histogram  between a request's successive steps
     vllm:e2e_request_latency_seconds     histogram  arrival -> finished
+    vllm:request_queue_time_seconds      histogram  arrival -> its slot (waiting)
+    vllm:request_prefill_time_seconds    histogram  its slot -> the step with the first token
+    vllm:request_decode_time_seconds     histogram  first token -> last token
+    vllm:request_inference_time_seconds  histogram  its slot -> last token (prefill + decode)
+    vllm:request_time_per_output_token_seconds  histogram  decode time / (tokens - 1)
     vllm:spec_decode_num_drafts_total          counter  rounds that drafted (one per request)
     vllm:spec_decode_num_draft_tokens_total    counter  drafted tokens
     vllm:spec_decode_num_accepted_tokens_total counter  drafted tokens the target accepted
+    vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}  counter  rounds whose
+                                         draft at position i (0 to γ-1) was accepted
 
 (vLLM before 0.11 called the inter-token histogram vllm:time_per_output_token_seconds.) Like
 vLLM's, one inter-token observation is one *step*: a speculative round that emits four tokens
 is one gap, not four. From these, PromQL gives the speculative figures: acceptance rate =
-accepted / draft_tokens, mean acceptance length = 1 + accepted / drafts.
+accepted / draft_tokens, mean acceptance length = 1 + accepted / drafts, and position i's
+acceptance rate = per_pos{position="i"} / drafts (a round that accepts k drafts accepted
+positions 0 to k-1, so the counts never grow with the position and sum to accepted).
+
+The per-request histograms are observed once a request that held a slot ends (stop, length,
+abort or error), prefill, decode, inference and per-token time only if it got a token
+(vLLM's phases: queued, then prefill up to the first token, then decode). KV-cache usage is
+what nanospec can say of a cache it preallocates whole: the tokens the busy slots hold (their
+prompt and what they generated) over every slot's capacity (slots x max_len) — not memory in
+use, which is always all of it (nanospec:kv_cache_bytes), but how full it is.
 
 Memory, beside vLLM's names: the process's own (prometheus_client's process collector, as
 vLLM's server exports it: process_resident_memory_bytes, ...) and what the engine holds for
@@ -31,8 +48,11 @@ Each app has its own CollectorRegistry (tests build several apps in one process;
 registry would refuse the second set of names). Every method is called from the engine thread;
 prometheus_client's metrics are thread-safe, so /metrics may read them at any time.
 
-What this file deliberately leaves out: per-position acceptance, the share of the KV cache in
-use (vLLM's kv_cache_usage_perc: here every slot's cache is always allocated), queue time.
+A prompt scored without generating (echo with max_tokens 0) never reaches the engine and is
+counted nowhere here.
+
+What this file deliberately leaves out: prefix caching and preemption counts (nanospec has
+neither), the per-request token-count histograms, and a scored prompt's work.
 """
 
 import jax
@@ -46,13 +66,16 @@ ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.
                7.5, 10.0, 20.0, 40.0, 80.0)
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+REQUEST_BUCKETS = E2E_BUCKETS  # vLLM's for queue, prefill, decode and inference time
+TPOT_BUCKETS = ITL_BUCKETS
 FINISHED_REASONS = ("stop", "length", "abort", "error")  # abort: the client left; error: we failed
 
 
 class ServerMetrics:
     """The metrics of one server, labelled with its served model name."""
 
-    def __init__(self, model_name: str):
+    def __init__(self, model_name: str, positions: int = 0):
+        """`positions`: the most drafts a round can accept (γ), for the per-position counts."""
         self.registry = CollectorRegistry()
         labels = {"model_name": model_name, "engine": "0"}
 
@@ -73,6 +96,24 @@ class ServerMetrics:
         self.draft_tokens = make(Counter, "vllm:spec_decode_num_draft_tokens", "Draft tokens.")
         self.accepted_tokens = make(Counter, "vllm:spec_decode_num_accepted_tokens",
                                     "Accepted draft tokens.")
+        per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                          "Accepted draft tokens at each position of the draft.",
+                          [*labels, "position"], registry=self.registry)
+        self.per_pos = lambda i: per_pos.labels(**labels, position=str(i))
+        for i in range(positions):  # every position shows, 0 until a round accepts there
+            self.per_pos(i)
+        self.kv_usage = make(Gauge, "vllm:kv_cache_usage_perc",
+                             "KV-cache usage: tokens the busy slots hold over slots x max_len "
+                             "(1 = full; the memory itself is preallocated whole).")
+        phases = {"queue": "Time spent waiting for a slot", "prefill": "Time from a slot to "
+                  "the first token", "decode": "Time from the first token to the last",
+                  "inference": "Time from a slot to the last token"}
+        self.phase = {name: make(Histogram, f"vllm:request_{name}_time_seconds",
+                                 f"{doc}, in seconds.", buckets=REQUEST_BUCKETS)
+                      for name, doc in phases.items()}
+        self.tpot = make(Histogram, "vllm:request_time_per_output_token_seconds",
+                         "A request's decode time over its tokens after the first, in seconds.",
+                         buckets=TPOT_BUCKETS)
         success = Counter("vllm:request_success", "Successfully processed requests.",
                           [*labels, "finished_reason"], registry=self.registry)
         self.success = {r: success.labels(**labels, finished_reason=r) for r in FINISHED_REASONS}
@@ -90,9 +131,10 @@ class ServerMetrics:
         self.kv_cache_bytes.set(nbytes(state.cache))
         self.draft_state_bytes.set(nbytes(getattr(state, "dstate", None)))
 
-    def load(self, running: int, waiting: int) -> None:
+    def load(self, running: int, waiting: int, kv_usage: float = 0.0) -> None:
         self.running.set(running)
         self.waiting.set(waiting)
+        self.kv_usage.set(kv_usage)
 
     def step(self, tokens: int, since: float, first: bool, drafted: int, accepted: int) -> None:
         """One engine step gave a request `tokens` new tokens, `since` seconds after its arrival
@@ -103,10 +145,25 @@ class ServerMetrics:
             self.drafts.inc()
             self.draft_tokens.inc(drafted)
             self.accepted_tokens.inc(accepted)
+            for i in range(accepted):  # accepting k drafts accepts positions 0 to k-1
+                self.per_pos(i).inc()
 
     def finished(self, reason: str, seconds: float) -> None:
         self.success[reason].inc()
         self.e2e.observe(seconds)
+
+    def phases(self, arrived: float, admitted: float, first: float | None, last: float | None,
+               tokens: int) -> None:
+        """The phases of a request that held a slot, from its times (perf_counter seconds):
+        arrived, admitted (its insert began), its first and last token's steps, if any."""
+        self.phase["queue"].observe(admitted - arrived)
+        if first is None:
+            return
+        decode = last - first
+        self.phase["prefill"].observe(first - admitted)
+        self.phase["decode"].observe(decode)
+        self.phase["inference"].observe(last - admitted)
+        self.tpot.observe(decode / (tokens - 1) if tokens > 1 else 0.0)  # vLLM's: 0 for one
 
     def exposition(self) -> bytes:
         """The text format Prometheus scrapes."""

@@ -6,6 +6,11 @@
     await job.next() ◄── call_soon_threadsafe ◄── engine.step(): each job's new text
     cancel(job) ──► job.cancelled ─────────► engine.cancel(slot), or dropped from the queue
 
+How many: `submit` takes a request's jobs (one per choice: n, and a list of prompts, make
+several) while they all fit in slots + max_queue beside the jobs in flight (waiting, being
+admitted or running), so a burst fills every slot and the queue before anyone gets a 429,
+and a request never runs some of its choices while the rest are refused.
+
 Why one thread: JAX dispatches from whichever thread calls it, and two threads stepping one
 engine would race on its state. Keeping every engine call on one thread makes the engine need
 no locks; the handlers only touch the queue (under `cond`) and a job's `cancelled` flag.
@@ -62,9 +67,11 @@ class Job:
         self.mailbox: asyncio.Queue[Delta] = asyncio.Queue()
         self.cancelled = False
         self.arrived = time.perf_counter()
+        self.admitted: float | None = None  # when its insert into a slot began
+        self.first: float | None = None  # when a step first gave it tokens
         self.last: float | None = None  # when a step last gave it tokens
         self.tokens = 0  # tokens generated, through the stop string if one was met
-        self.last_token = -1
+        self.ids: list[int] = []  # those tokens (for logprobs, scored once it ends)
 
     def post(self, delta: Delta) -> None:
         """From the engine thread: hand `delta` to the handler on its event loop."""
@@ -84,11 +91,10 @@ class Job:
 class Scheduler:
     """Owns `engine` on its own thread; admits waiting jobs first come, first served."""
 
-    def __init__(self, engine, metrics: ServerMetrics, max_queue: int, eos_id: int):
-        self.engine, self.metrics, self.max_queue, self.eos_id = (engine, metrics, max_queue,
-                                                                  eos_id)
+    def __init__(self, engine, metrics: ServerMetrics, max_queue: int):
+        self.engine, self.metrics, self.max_queue = engine, metrics, max_queue
         self.waiting: deque[Job] = deque()
-        self.running: dict[int, Job] = {}  # slot -> job; the engine thread's alone
+        self.running: dict[int, Job] = {}  # slot -> job; only the engine thread writes it
         self.cond = threading.Condition()
         self.draining = self.stopping = False
         self.admitting: list[Job] = []  # the job between the queue and a slot, if any
@@ -105,18 +111,24 @@ class Scheduler:
     def alive(self) -> bool:
         return self.thread.is_alive() and self.crashed is None
 
-    def submit(self, job: Job) -> None:
-        """Queue `job`, or refuse it: 503 while draining or dead, 429 when the queue is full."""
+    def submit(self, *jobs: Job) -> None:
+        """Queue `jobs` (one request's choices: all of them, or none), or refuse them: 503
+        while draining or dead, 429 when the slots and the queue have no room for them all."""
         with self.cond:
             if self.draining or not self.alive:
                 why = "is shutting down" if self.crashed is None else "has lost its engine"
                 raise ApiError(503, f"The server {why} and takes no new requests.",
                                code="service_unavailable", kind="server_error")
-            if len(self.waiting) >= self.max_queue:
-                raise ApiError(429, f"The queue is full ({self.max_queue} requests waiting for "
-                                    f"a slot); try again shortly.", code="rate_limit_exceeded",
+            # subtle: count every job in flight against slots + queue, not the queue alone: a
+            # burst arrives faster than the engine thread moves jobs into free slots, and
+            # those jobs, still in `waiting`, would fill the queue while slots stand empty.
+            in_flight = len(self.waiting) + len(self.admitting) + len(self.running)
+            if in_flight + len(jobs) > self.engine.n_slots + self.max_queue:
+                raise ApiError(429, f"The server is full ({self.engine.n_slots} requests "
+                                    f"decoding and {self.max_queue} waiting for a slot); try "
+                                    f"again shortly.", code="rate_limit_exceeded",
                                kind="rate_limit_error")
-            self.waiting.append(job)
+            self.waiting.extend(jobs)
             self.metrics.waiting.set(len(self.waiting))
             self.cond.notify()
 
@@ -151,10 +163,10 @@ class Scheduler:
             while self.wait_for_work():
                 self.drop_cancelled()
                 self.admit()
-                self.metrics.load(len(self.running), len(self.waiting))
+                self.load()
                 if self.running:
                     self.step()
-                    self.metrics.load(len(self.running), len(self.waiting))
+                    self.load()
         except BaseException as e:  # a bug in this loop itself: no job can be trusted now
             self.crashed = f"{type(e).__name__}: {e}"
             traceback.print_exc()
@@ -167,6 +179,13 @@ class Scheduler:
                 job.post(Delta("", job.tokens, None, error))
             if self.on_crash is not None:  # the server exits non-zero, for a supervisor
                 self.on_crash()
+
+    def load(self) -> None:
+        """The load gauges: requests running and waiting, and the share of every slot's KV
+        cache that holds a token (a busy slot holds its prompt and what it generated)."""
+        held = sum(len(job.request.prompt) + job.tokens for job in self.running.values())
+        self.metrics.load(len(self.running), len(self.waiting),
+                          held / (self.engine.n_slots * self.engine.max_len))
 
     def fail(self, job: Job, e: Exception, slot: int | None = None) -> None:
         """An unexpected error `e` on `job` alone: answer its client with a 500 and free its
@@ -202,20 +221,24 @@ class Scheduler:
                     return
                 job = self.waiting.popleft()
                 self.admitting = [job]  # in neither place: a crash must still answer it
+            slot = None
             if job.cancelled:  # between leaving the queue and here
                 self.metrics.finished("abort", time.perf_counter() - job.arrived)
             else:
                 try:
+                    job.admitted = time.perf_counter()
                     slot = self.engine.insert(job.request)
                 except UserError as e:  # the handler checked it; the engine has the last word
                     job.post(Delta("", 0, None, ApiError(400, str(e))))
                 except Exception as e:  # a bug met on this request: it alone fails
                     traceback.print_exc()
                     self.fail(job, e)
-                else:
+            with self.cond:  # from admitting to running in one move: submit counts it once
+                self.admitting = []
+                if slot is not None:
                     self.running[slot] = job
-                    self.metrics.prompt_tokens.inc(len(job.request.prompt))
-            self.admitting = []
+            if slot is not None:
+                self.metrics.prompt_tokens.inc(len(job.request.prompt))
 
     def step(self) -> None:
         """One engine step; each job's new tokens become text (cut at a stop string).
@@ -245,22 +268,26 @@ class Scheduler:
     def deliver(self, job: Job, out, now: float) -> None:
         """Post one step's output of `job` to its client, and end the job if it finished."""
         before, text = job.tokens, []
-        for token in out.tokens:  # one at a time: a stop string ends the request there
-            text.append(job.text.push([token]))
-            job.tokens, job.last_token = job.tokens + 1, token
+        for at, token in enumerate(out.tokens):  # one at a time: a stop string ends it there
+            # A stop token (EOS, or one of stop_token_ids: the engine's last when `stopped`)
+            # counts as generated but is not text, as vLLM does by default.
+            if not (out.stopped and at == len(out.tokens) - 1):
+                text.append(job.text.push([token]))
+            job.tokens += 1
+            job.ids.append(token)
             if job.text.stopped:
                 break
         if job.tokens > before:
             self.metrics.step(job.tokens - before, now - (job.last or job.arrived),
                               job.last is None, out.drafted, out.accepted)
-            job.last = now
+            job.first, job.last = job.first or now, now
         finish = None
         if job.text.stopped:
             finish = "stop"
             if not out.done:
                 self.engine.cancel(out.slot)  # nothing after the stop string is wanted
         elif out.done:
-            finish = "stop" if job.last_token == self.eos_id else "length"
+            finish = "stop" if out.stopped else "length"
         if finish:
             text.append(job.text.finish())
             self.end(out.slot, job, finish)
@@ -269,3 +296,4 @@ class Scheduler:
     def end(self, slot: int, job: Job, reason: str) -> None:
         del self.running[slot]
         self.metrics.finished(reason, time.perf_counter() - job.arrived)
+        self.metrics.phases(job.arrived, job.admitted, job.first, job.last, job.tokens)

@@ -7,158 +7,144 @@
 Or with OpenAI's own client: `OpenAI(base_url="http://localhost:8000/v1", api_key="-")`.
 
     POST /v1/completions   text, or server-sent events with "stream": true (api.py)
-    GET  /v1/models        the one served model
-    GET  /health           200 while the engine thread runs
+    GET  /v1/models        the one served model (and /v1/models/{id}: that model)
+    POST /tokenize         vLLM's: a text's token ids, as /v1/completions reads a prompt
+    POST /detokenize       vLLM's: token ids' text
+    GET  /health           200 {"status": "ok"} while the engine thread runs, else 503
     GET  /metrics          Prometheus text, vLLM's metric names, and memory (metrics.py)
 
-The layers: FastAPI (on uvicorn) parses and checks a request (api.py) and turns it into a
-Job; the engine thread (scheduler.py) runs every job through the engine (engine.py) and posts
+Anything else is a 404 (or a 405, with its Allow header) in OpenAI's error shape, saying what
+is served: /v1/chat/completions and /v1/embeddings included.
+
+The layers: FastAPI (on uvicorn) passes a request through guard.py (the API key, the body's
+size), parses and checks it (api.py) and turns it into Jobs, one per choice (service.py); the
+engine thread (scheduler.py) runs every job through the engine (engine.py) and posts
 each step's text (text.py) back to the job's handler, which answers in one piece or streams.
 The command itself — flags, warm-up, the socket, signals — is launch.py.
 
 A client that leaves cancels its request, whatever it was waiting for: its place in the queue,
 its whole completion, or the next event of its stream; its slot is free before the next step.
 
+A request body is at most MAX_BODY_BYTES (413 past it, whether or not it says its length), a
+prompt longer in characters than any the context can hold is refused before it is tokenized,
+and tokenizing happens on a worker thread, so one huge prompt cannot stall every other client.
+
+With an API key (`nanospec serve --api-key`, or NANOSPEC_API_KEY), /v1/... and /tokenize,
+/detokenize need `Authorization: Bearer KEY` (else 401, OpenAI's shape); /health and /metrics
+stay open, as vLLM leaves them.
+
 Shutting down (SIGTERM or Ctrl-C): uvicorn stops accepting connections and waits for the open
 ones; the engine thread refuses anything new (503) and finishes what it has; then it ends.
 
-What this file deliberately leaves out: chat completions, authentication, TLS, several models.
+What this file deliberately leaves out: chat completions, embeddings, TLS (put a proxy in
+front), several keys or models.
 """
 
 import asyncio
-import json
-import secrets
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 from fastapi import FastAPI, Request as HttpRequest
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 
-from nanospec.cli_args import INT32_MAX
 from nanospec.errors import UserError
-from nanospec.serving.api import (ApiError, CompletionBody, check_body, completion,
-                                  completion_id, prompt_text, sampling, stops, usage,
-                                  validation_error)
-from nanospec.serving.engine import Engine, Request
+from nanospec.serving.api import (ApiError, CompletionBody, DetokenizeBody, ErrorBody,
+                                  TokenizeBody, check_token_ids, completion_id)
+from nanospec.serving.engine import Engine
+from nanospec.serving.guard import (ERRORS, MAX_BODY_BYTES, ApiKey, BodyLimit, api_error,
+                                    error_response, http_error, invalid_request)
+from nanospec.serving.logprobs import target_scorer
 from nanospec.serving.metrics import ServerMetrics
-from nanospec.serving.scheduler import Job, Scheduler
-from nanospec.serving.text import TextStream
-
-HANG_UP_POLL = 0.25  # seconds between looks for a client that left before its response began
+from nanospec.serving.scheduler import Scheduler
+from nanospec.serving.service import Service
 
 
-@dataclass
-class Service:
-    """What the handlers share: the served model's name, tokenizer and engine thread."""
+async def hung_up(request: HttpRequest) -> None:
+    """Return when the client hangs up.
 
-    name: str
-    tok: object
-    n_ctx: int  # tokens a request may hold, prompt and completion (engine.max_len)
-    scheduler: Scheduler
-    metrics: ServerMetrics
-    created: int  # when the server started (GET /v1/models)
-
-    def open(self, body: CompletionBody) -> Job:
-        """Check `body`, tokenize its prompt and queue it; any refusal is an ApiError."""
-        check_body(body, self.name)
-        try:
-            ids = self.tok.encode_prompt(prompt_text(body))
-        except UserError as e:
-            raise ApiError(400, str(e), "prompt") from None
-        if len(ids) >= self.n_ctx:
-            raise ApiError(400, f"The prompt is {len(ids)} tokens long but a request here holds "
-                                f"{self.n_ctx}, leaving no room to generate; shorten it.",
-                           "prompt", "context_length_exceeded")
-        seed = secrets.randbelow(INT32_MAX + 1) if body.seed is None else body.seed
-        # subtle: the context bounds any completion, so a huge max_tokens is the context's end.
-        max_new = min(16 if body.max_tokens is None else body.max_tokens, self.n_ctx)
-        request = Request(ids, max_new, *sampling(body), seed=seed)
-        job = Job(request, TextStream(self.tok, stops(body)), asyncio.get_running_loop())
-        self.scheduler.submit(job)
-        return job
-
-    async def next_delta(self, job: Job, request: HttpRequest):
-        """The job's next delta, or, if its client hangs up first, an end to the job.
-
-        Until a response starts, nothing notices a client that leaves — one waiting in the
-        queue, or for a whole completion — so this looks every HANG_UP_POLL seconds."""
-        getting = asyncio.ensure_future(job.next())
-        try:
-            while not (await asyncio.wait({getting}, timeout=HANG_UP_POLL))[0]:
-                if await request.is_disconnected():
-                    raise ApiError(499, "The client closed the request.", kind="client_closed")
-            return getting.result()
-        except BaseException:  # the client left, the engine refused it, or we were cancelled
-            getting.cancel()
-            self.scheduler.cancel(job)
-            raise
-
-    async def events(self, job: Job, delta, body: CompletionBody, cid: str):
-        """The stream of server-sent events, from the job's first delta to `data: [DONE]`."""
-        options = body.stream_options
-        with_usage = bool(options and options.include_usage)
-        every = with_usage and options.continuous_usage_stats  # vLLM's extension (guidellm)
-        prompt = len(job.request.prompt)
-        try:
-            while True:
-                if delta.text or delta.finish:
-                    extra = {"usage": usage(prompt, delta.tokens) if every else None}
-                    yield sse(completion(cid, self.name, delta.text, delta.finish,
-                                         **(extra if with_usage else {})))
-                if delta.finish:
-                    break
-                delta = await job.next()
-            if with_usage:
-                yield sse(completion(cid, self.name, "", None, choices=False,
-                                     usage=usage(prompt, delta.tokens)))
-        except ApiError as e:  # the engine failed mid-stream: say so in the stream itself
-            yield sse(e.body())
-        finally:  # a client that disconnects lands here too (its task is cancelled)
-            if not delta.finish:
-                self.scheduler.cancel(job)
-        yield "data: [DONE]\n\n"
-
-
-def sse(obj: dict) -> str:
-    """One server-sent event."""
-    # subtle: ASCII only (non-ASCII text as \uXXXX escapes). Raw text may hold U+2028 or U+0085,
-    # which some clients' line splitters (Python's str.splitlines, as httpx's aiter_lines
-    # uses) take for line ends, cutting an event's JSON in two; an escape cannot be misread.
-    return f"data: {json.dumps(obj)}\n\n"
+    Once the body is read, the server's next ASGI message for this request is
+    `http.disconnect`, sent the moment the connection closes: waiting for it notices a client
+    that leaves within a step, however fast the steps come (a poll between deltas would not)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def create_completion(body: CompletionBody, request: HttpRequest):
     """POST /v1/completions: the whole completion, or (stream) server-sent events."""
     svc: Service = request.app.state.service
-    job, cid = svc.open(body), completion_id()
-    # Even a stream waits for its first delta, so that a request the engine refuses is
-    # still an HTTP error rather than an error inside a 200 stream.
-    delta = await svc.next_delta(job, request)
-    if body.stream:
-        return StreamingResponse(svc.events(job, delta, body, cid),
-                                 media_type="text/event-stream")
-    text = [delta.text]
-    while not delta.finish:
-        delta = await svc.next_delta(job, request)
-        text.append(delta.text)
-    return completion(cid, svc.name, "".join(text), delta.finish,
-                      usage=usage(len(job.request.prompt), delta.tokens))
+    choices, cid = await svc.open(body), completion_id()
+    if body.max_tokens == 0:
+        return await svc.prompts_only(choices, body, cid)
+    # subtle: this handler listens for the hang-up only until it returns; a stream's response
+    # then listens itself (Starlette's StreamingResponse), and two listeners must not overlap.
+    gone = asyncio.ensure_future(hung_up(request))
+    try:
+        # Even a stream waits for its first delta, so that a request the engine refuses is
+        # still an HTTP error rather than an error inside a 200 stream.
+        first = await choices.next(gone)
+        if body.stream:
+            return StreamingResponse(svc.events(choices, first, body, cid),
+                                     media_type="text/event-stream")
+        texts, finish = [[] for _ in choices.jobs], [None] * len(choices.jobs)
+        index, delta = first
+        while True:
+            texts[index].append(delta.text)
+            finish[index] = delta.finish
+            if choices.done:
+                break
+            index, delta = await choices.next(gone)
+        return await svc.reply(choices, ["".join(t) for t in texts], finish, body, cid)
+    finally:
+        gone.cancel()
+
+
+async def tokenize(body: TokenizeBody, request: HttpRequest):
+    """POST /tokenize (vLLM's): a text's token ids, with the start token /v1/completions puts
+    before a text prompt unless add_special_tokens is false. token_strs are each token's own
+    text (a piece of a character shows as U+FFFD)."""
+    svc: Service = request.app.state.service
+    svc.check_model(body.model)
+    try:  # a worker thread, as for a completion's prompt
+        if body.add_special_tokens:  # exactly what /v1/completions runs (and refuses)
+            ids = await asyncio.to_thread(svc.tok.encode_prompt, body.prompt)
+        else:
+            ids = await asyncio.to_thread(svc.tok.encode, body.prompt)
+    except UserError as e:
+        raise ApiError(400, str(e), "prompt") from None
+    except UnicodeEncodeError:  # lone surrogates (encode_prompt says so itself)
+        raise ApiError(400, "The prompt is not valid UTF-8 text.", "prompt") from None
+    strs = [svc.tok.token_str(t) for t in ids] if body.return_token_strs else None
+    return {"count": len(ids), "max_model_len": svc.n_ctx, "tokens": ids, "token_strs": strs}
+
+
+async def detokenize(body: DetokenizeBody, request: HttpRequest):
+    """POST /detokenize (vLLM's): the text of token ids, <|endoftext|> included as text."""
+    svc: Service = request.app.state.service
+    svc.check_model(body.model)
+    check_token_ids(body.tokens, svc.tok.vocab_size, "tokens")
+    return {"prompt": svc.tok.decode(body.tokens)}
 
 
 async def list_models(request: HttpRequest):
+    return {"object": "list", "data": [request.app.state.service.model()]}
+
+
+async def retrieve_model(model_id: str, request: HttpRequest):
+    """GET /v1/models/{id}: the model object, as OpenAI's API answers it."""
     svc: Service = request.app.state.service
-    return {"object": "list", "data": [{"id": svc.name, "object": "model",
-                                        "created": svc.created, "owned_by": "nanospec",
-                                        "max_model_len": svc.n_ctx}]}
+    svc.check_model(model_id)
+    return svc.model()
 
 
 async def health(request: HttpRequest):
+    """200 with a small JSON body while the engine runs. (vLLM's is an empty 200; probes read
+    only the status, and a body with a content type is kinder to a person or a client that
+    parses what it gets — the 503 beside it is JSON too.)"""
     if request.app.state.service.scheduler.alive:
-        return Response(status_code=200)
+        return {"status": "ok"}
     return error_response(ApiError(503, "The engine thread is not running.",
                                    kind="server_error"))
 
@@ -168,34 +154,31 @@ async def metrics(request: HttpRequest):
                     media_type=CONTENT_TYPE_LATEST)
 
 
-def error_response(e: ApiError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status)
-
-
-async def api_error(_, e: ApiError):
-    return error_response(e)
-
-
-async def invalid_request(request: HttpRequest, e: RequestValidationError):
-    """FastAPI's 422 for a body it cannot read, as OpenAI's 400 (api.validation_error)."""
-    if "json" not in request.headers.get("content-type", ""):
-        return error_response(ApiError(400, "Send the request body as JSON, with the header "
-                                            "Content-Type: application/json."))
-    return error_response(validation_error(e.errors()))
-
-
-async def http_error(_, e: HTTPException):
-    """FastAPI's own errors (an unknown path, a wrong method) in OpenAI's shape too."""
-    return error_response(ApiError(e.status_code, str(e.detail).rstrip(".") + "."))
+def naming_the_model(openapi, served_name: str):
+    """FastAPI's schema with the one value `model` may take named (an enum) in every body and
+    path that has it: any other name is a 404, and a client or a fuzzer reading the schema
+    should know that (schemathesis otherwise spends its cases on model_not_found)."""
+    def schema() -> dict:
+        spec = openapi()  # FastAPI builds it once and keeps it
+        for body in spec["components"]["schemas"].values():
+            model = body.get("properties", {}).get("model")
+            for branch in (model.get("anyOf", [model]) if model else []):
+                if branch.get("type") == "string":
+                    branch["enum"] = [served_name]
+        for param in spec["paths"]["/v1/models/{model_id}"]["get"]["parameters"]:
+            param["schema"]["enum"] = [served_name]
+        return spec
+    return schema
 
 
 def build_app(engine: Engine, tokenizer, served_name: str = "nanospec",
-              max_queue: int = 64) -> FastAPI:
-    """The HTTP app over `engine`; its lifespan starts the engine thread and, at shutdown,
-    drains and stops it."""
-    meters = ServerMetrics(served_name)
+              max_queue: int = 64, max_body_bytes: int = MAX_BODY_BYTES,
+              api_key: str | None = None) -> FastAPI:
+    """The HTTP app over `engine` (with `api_key`, the guarded routes need it); its lifespan
+    starts the engine thread and, at shutdown, drains and stops it."""
+    meters = ServerMetrics(served_name, positions=engine.loop.depth)
     meters.memory(engine.state)
-    scheduler = Scheduler(engine, meters, max_queue, tokenizer.eos_id)
+    scheduler = Scheduler(engine, meters, max_queue)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -205,13 +188,25 @@ def build_app(engine: Engine, tokenizer, served_name: str = "nanospec",
 
     app = FastAPI(title="nanospec", lifespan=lifespan)
     app.state.service = Service(served_name, tokenizer, engine.max_len, scheduler,
-                                meters, int(time.time()))
-    app.add_api_route("/v1/completions", create_completion, methods=["POST"])
+                                meters, int(time.time()), target_scorer(engine))
+    app.add_api_route("/v1/completions", create_completion, methods=["POST"],
+                      responses=ERRORS)
     app.add_api_route("/v1/models", list_models, methods=["GET"])
+    app.add_api_route("/v1/models/{model_id:path}", retrieve_model, methods=["GET"],
+                      responses={404: {"model": ErrorBody, "description": "No such model."},
+                                 "default": ERRORS["default"]})
+    app.add_api_route("/tokenize", tokenize, methods=["POST"], responses=ERRORS)
+    app.add_api_route("/detokenize", detokenize, methods=["POST"], responses=ERRORS)
     app.add_api_route("/health", health, methods=["GET"])
-    app.add_api_route("/metrics", metrics, methods=["GET"])
+    app.add_api_route("/metrics", metrics, methods=["GET"], response_class=PlainTextResponse,
+                      responses={200: {"description": "Prometheus's text format",
+                                       "content": {"text/plain": {"schema": {"type": "string"}}}}})
+    app.openapi = naming_the_model(app.openapi, served_name)
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(HTTPException, http_error)
+    app.add_middleware(BodyLimit, limit=max_body_bytes)
+    if api_key:  # added last, so outermost: a client without the key is refused unread
+        app.add_middleware(ApiKey, key=api_key)
     return app
 

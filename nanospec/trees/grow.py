@@ -33,8 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from nanospec.cache import rollback
-from nanospec.drafters import Drafter, DraftModel, take_rows
-from nanospec.heads.drafters import EagleDrafter, MedusaDrafter, MTPDrafter
+from nanospec.drafters import Drafter, DraftModel, tail
+from nanospec.heads.drafters import (EagleDrafter, MedusaDrafter, MTPDrafter, one_token_rows,
+                                     zeros_like_output)
 from nanospec.model import forward
 from nanospec.sampling import fold, row_keys, sample, sampling_probs
 from nanospec.trees.tree import Tree, tree_positions
@@ -92,20 +93,6 @@ def pick_children(key, grown: Grown, q_nodes, tree: Tree, depth: int, top: bool)
     return Grown(tokens, node_q)
 
 
-def prefixed_mask(tree: Tree, n_prefix: int) -> jax.Array:
-    """The ancestor mask with `n_prefix` causal tokens in front, which every node also sees.
-
-    The draft model re-reads its last committed token before the tree's root, so its block is
-    [prefix, root, nodes...]: (n_prefix + N, n_prefix + N).
-    """
-    n = n_prefix + tree.size
-    m = np.zeros((n, n), bool)
-    m[:n_prefix, :n_prefix] = np.tril(np.ones((n_prefix, n_prefix), bool))
-    m[n_prefix:, :n_prefix] = True
-    m[n_prefix:, n_prefix:] = tree.ancestor_mask
-    return jnp.asarray(m)
-
-
 @singledispatch
 def propose_tree(drafter: Drafter, dparams, dstate, seq, length, key, sp, tree: Tree, top: bool):
     """Grow `tree` for every row: (tokens (B, N), node_q (B, N, V), dstate)."""
@@ -125,42 +112,48 @@ def commit_tree(drafter: Drafter, dparams, dstate, hidden, emitted, start, lengt
 
 @propose_tree.register
 def _draft_model(drafter: DraftModel, dparams, cache, seq, length, key, sp, tree, top):
-    """The draft model: one pass over [second-last, root, nodes] per depth.
+    """The draft model: one pass over [root, nodes] per depth.
 
     Each pass sees the tree grown so far through the ancestor mask; nodes not yet filled
     hold junk that no filled node can see. The cache comes back holding every committed
     token; the tree's nodes lie beyond, in node order, until `commit_tree`.
+
+    subtle: unlike a chain, a tree round needs no second-last token in its block (a
+    one-token prompt has none): the cache's slots below the root all hold committed tokens
+    — `init` read the whole prompt, `commit_tree` re-reads all that a round emitted — so
+    it is rolled forward to the root's slot, past the chain's invariant (drafters.DraftModel).
     """
     grown = plant(seq, length, tree, drafter.cfg.vocab_size)
-    cache = rollback(cache, length - 2)
-    prev = take_rows(seq, length - 2, 1)  # (B, 1)
-    positions = jnp.concatenate([(length - 2)[:, None], tree_positions(length - 1, tree)], 1)
-    mask = prefixed_mask(tree, 1)  # (N+1, N+1)
+    cache = rollback(cache, length - 1)
+    positions = tree_positions(length - 1, tree)  # (B, N)
+    mask = jnp.asarray(tree.ancestor_mask)  # (N, N)
     written = cache
     for d in range(1, tree.max_depth + 1):
-        logits, _, written = forward(drafter.graphdef, dparams, jnp.concatenate([prev, grown.tokens], 1),
-                                     positions, cache, block_mask=mask)
-        q_nodes = sampling_probs(logits[:, 1:], sp)  # (B, N, V): the law after each node
+        logits, _, written = forward(drafter.graphdef, dparams, grown.tokens, positions, cache,
+                                     block_mask=mask)
+        q_nodes = sampling_probs(logits, sp)  # (B, N, V): the law after each node
         grown = pick_children(fold(key, d), grown, q_nodes, tree, d, top)
     return grown.tokens, grown.node_q, rollback(written, length)
 
 
 @commit_tree.register
 def _draft_model_commit(drafter: DraftModel, dparams, cache, hidden, emitted, start, length):
-    """Re-read the emitted tokens (positions start+1..) over the tree's slots, then restore
-    the invariant: every committed token but the last two."""
+    """Re-read the emitted tokens (positions start+1..) over the tree's slots: the cache then
+    holds every committed token (rolled back to the chain's invariant, drafters.DraftModel)."""
     W = emitted.shape[1]
     positions = (start + 1)[:, None] + jnp.arange(W)  # (B, W)
     _, _, cache = forward(drafter.graphdef, dparams, emitted, positions, rollback(cache, start + 1))
-    return rollback(cache, length - 2)
+    return rollback(cache, tail(length))
 
 
 @propose_tree.register
 def _medusa(drafter: MedusaDrafter, dparams, feat, seq, length, key, sp, tree, top):
-    """Head d's law is the same at every node of depth d − 1 (heads ignore the path)."""
+    """Head d's law is the same at every node of depth d − 1 (heads ignore the path); a
+    one-token prompt's row is one step behind (MedusaDrafter.features)."""
     heads, target = drafter.parts(dparams)
     w = drafter.output_layer(target)
-    q_heads = sampling_probs(drafter.draft_logits(w, heads(target.ln_f(feat))), sp)  # (B, K, V)
+    feats = drafter.features(heads, target, feat, length)  # (B, K, C)
+    q_heads = sampling_probs(drafter.draft_logits(w, feats), sp)  # (B, K, V)
     q_nodes = q_heads[:, np.minimum(tree.depth, drafter.hc.depth - 1)]  # (B, N, V)
     grown = plant(seq, length, tree, drafter.hc.vocab_size)
     for d in range(1, tree.max_depth + 1):
@@ -171,43 +164,71 @@ def _medusa(drafter: MedusaDrafter, dparams, feat, seq, length, key, sp, tree, t
 @propose_tree.register
 def _mtp(drafter: MTPDrafter, dparams, feat, seq, length, key, sp, tree, top):
     """Module d reads, at each node of depth d − 1, its parent's representation and the
-    node's own token (the root: the target's feature and the last committed token)."""
+    node's own token (the root: the target's feature and the last committed token); a
+    one-token prompt's row is one step behind (MTPDrafter.module)."""
+    grow = lambda one, _: _mtp_grow(drafter, dparams, feat, seq, length, key, sp, tree, top, one)
+    no_tree = zeros_like_output(lambda: grow(None, None))
+    tokens, node_q = one_token_rows(length, lambda c: grow(None, c), grow, no_tree)
+    return tokens, node_q, feat
+
+
+def _mtp_grow(drafter: MTPDrafter, dparams, feat, seq, length, key, sp, tree, top, one):
     heads, target = drafter.parts(dparams)
     w = drafter.output_layer(target)
     grown = plant(seq, length, tree, drafter.hc.vocab_size)
     B, N = grown.tokens.shape
     h_nodes = jnp.zeros((B, N, feat.shape[-1]))
     q_nodes = jnp.zeros(grown.node_q.shape)
+    rows = None if one is None else one[:, None]  # (B, 1): against (B, N) nodes
     for d in range(1, tree.max_depth + 1):
         h_in = jnp.broadcast_to(feat[:, None], h_nodes.shape) if d == 1 else h_nodes[:, parent_index(tree)]
-        h, out = heads.layers[d - 1](h_in, target.wte(grown.tokens))  # every node: (B, N, C)
+        h, out = drafter.module(heads, target, d - 1, h_in, grown.tokens, rows)  # (B, N, C)
         here = jnp.asarray(tree.depth == d - 1)[None, :, None]
         h_nodes = jnp.where(here, h, h_nodes)
         q_nodes = jnp.where(here, sampling_probs(drafter.draft_logits(w, out), sp), q_nodes)
         grown = pick_children(fold(key, d), grown, q_nodes, tree, d, top)
-    return grown.tokens, grown.node_q, feat
+    return grown.tokens, grown.node_q
 
 
 @propose_tree.register
 def _eagle(drafter: EagleDrafter, dparams, state, seq, length, key, sp, tree, top):
     """The root's law comes from h_{L−2}; then one pass over the tree's pairs per depth:
-    node c feeds (f̂ at its parent, its token) at position L−2+depth(c) and outputs h at c."""
-    head, _ = drafter.parts(dparams)
+    node c feeds (f̂ at its parent, its token) at position L−2+depth(c) and outputs h at c.
+
+    A one-token prompt's row is one step behind (EagleDrafter.chain): the root's law is the
+    target's on f₀, and its children feed the real pairs (f₀, their token) at position 0."""
+    grow = lambda one, _: _eagle_grow(drafter, dparams, state, seq, length, key, sp, tree, top, one)
+    no_tree = zeros_like_output(lambda: grow(None, None))
+    tokens, node_q = one_token_rows(length, lambda c: grow(None, c), grow, no_tree)
+    return tokens, node_q, state
+
+
+def _eagle_grow(drafter: EagleDrafter, dparams, state, seq, length, key, sp, tree, top, one):
+    head, target = drafter.parts(dparams)
     cache, h_root = state
     grown = plant(seq, length, tree, drafter.hc.vocab_size)
     B, N = grown.tokens.shape
     hs = jnp.zeros((B, N, h_root.shape[-1])).at[:, 0].set(h_root)
-    q_nodes = jnp.zeros(grown.node_q.shape).at[:, 0].set(drafter.law(dparams, h_root, sp))
+    q_root = drafter.law(dparams, h_root, sp)  # (B, V)
+    if one is not None:
+        f0 = drafter.first_feature(dparams, seq)  # (B, C)
+        p1 = sampling_probs(drafter.draft_logits(drafter.output_layer(target), f0), sp)
+        q_root = jnp.where(one[:, None], p1, q_root)
+        first = one[:, None, None] & jnp.asarray(tree.depth[1:] == 1)[None, :, None]  # (B, N-1, 1)
+    q_nodes = jnp.zeros(grown.node_q.shape).at[:, 0].set(q_root)
     parents = parent_index(tree)[1:]
     positions = tree_positions(length - 2, tree)[:, 1:]  # (B, N-1)
     mask = jnp.asarray(tree.ancestor_mask[1:, 1:])
     for d in range(1, tree.max_depth + 1):
         if d > 1:  # the nodes of depth d − 1 now have their tokens: compute their h
-            h, _ = head.layer(drafter.step_input(dparams, hs[:, parents], grown.tokens[:, 1:]),
-                              positions, cache, block_mask=mask)  # (B, N-1, width)
+            x_in = drafter.step_input(dparams, hs[:, parents], grown.tokens[:, 1:])  # (B, N-1, W)
+            if one is not None:  # the root's children: the real pair (f₀, their token)
+                f = jnp.broadcast_to(f0[:, None], (B, N - 1, f0.shape[-1]))
+                x_in = jnp.where(first, drafter.pair_input(dparams, f, grown.tokens[:, 1:]), x_in)
+            h, _ = head.layer(x_in, positions, cache, block_mask=mask)  # (B, N-1, width)
             here = jnp.asarray(tree.depth[1:] == d - 1)[None, :, None]
             hs = hs.at[:, 1:].set(jnp.where(here, h, hs[:, 1:]))
             q_nodes = q_nodes.at[:, 1:].set(jnp.where(
                 here, drafter.law(dparams, h, sp), q_nodes[:, 1:]))
         grown = pick_children(fold(key, d), grown, q_nodes, tree, d, top)
-    return grown.tokens, grown.node_q, state
+    return grown.tokens, grown.node_q

@@ -59,8 +59,8 @@ class TreeSpeculator(Speculation):
 
     subtle: near the context's end the tree keeps its full depth; tokens it accepts past the
     end are cut like those past max_new (Speculation.commit), which leaves the law of what is
-    kept unchanged. Its block (the tree, and the draft model's [second-last, root, nodes])
-    needs tree.size + 1 slack slots.
+    kept unchanged. Its block (the tree from the root's slot, in the target and in the draft
+    model) fits in tree.size + 1 slack slots.
     """
 
     tree: Tree

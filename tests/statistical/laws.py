@@ -23,7 +23,7 @@ from nanospec.trees.loop import TreeSpeculator
 
 V = 5  # vocabulary of the tiny models
 N_CTX = 16
-PROMPT = [1, 3]  # two tokens: the loop needs the last two committed tokens to exist
+PROMPT = [1, 3]  # two tokens (tests/test_one_token_prompt.py covers one)
 PROMPT_B = [4, 0, 2]  # a second prompt of another length, for batches of mixed rows
 DRAFT_VOCAB = (0, 1, 2, 4)  # the heads' draft vocabulary: token 3 is never drafted
 EAGLE_OUT_SCALE = 0.1
