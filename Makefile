@@ -62,7 +62,7 @@ retrain: $(VENV)/.installed
 # Every wheel an install needs, the build backend (setuptools) and pip included, into
 # wheelhouse/, for a room without network: copy the repo with it, then `make WHEELHOUSE=wheelhouse
 # test` (or demo, lessons). The wheels are for this machine's platform and Python: run it once
-# on each kind of laptop in the room (lessons/WORKSHOP.md, "Offline").
+# on each kind of laptop in the room (lessons/WORKSHOP.md, "Before the day"; docs/install.md).
 wheelhouse: $(VENV)/.installed
 	$(BIN)/python -m pip download --quiet -c constraints.txt -d wheelhouse \
 	  pip setuptools '.[$(EXTRAS)]'
