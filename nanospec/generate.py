@@ -122,7 +122,7 @@ class Decoder(Loop):
         """One decode step: sample a token from p for every unfinished row, append it, and
         compute the next p. Returns (state, the step as a round with no drafts)."""
         B = state.seq.shape[0]
-        probs = sampling_probs(state.logits, sp)  # (B, V)
+        probs = sampling_probs(state.logits, sp, state.n_new)  # (B, V)
         token = sample_rows(fold(state.key, state.step), probs)  # (B,)
         live = ~state.done
         length = state.cache.length

@@ -15,6 +15,14 @@ Ties at a cut-off are all kept (a token exactly as likely as the k-th one surviv
 stays a deterministic function of the logits, which is all exactness needs.
 
 All three settings are *traced* values, so changing them never recompiles a jitted loop.
+
+vLLM's `min_tokens` rides along (`min_new`, `held`): before a row has generated `min_new`
+tokens, its `held` tokens (EOS and the stop ids) are taken out of the logits first, so the law
+is the target's *given* that the text goes on. The target's laws pass `made` (how many tokens
+were generated before each position) to `sampling_probs`; a draft's law may leave the hold
+out, since the verify rule needs only the law a draft was drawn from (a held draft is then
+always rejected: its p is 0).
+
 What this file deliberately leaves out: repetition penalties, min-p, logit bias.
 """
 
@@ -28,16 +36,27 @@ class SamplingParams(NamedTuple):
     temperature: jax.Array  # () float32; 0 means greedy
     top_k: jax.Array  # () int32; 0 means no top-k cut
     top_p: jax.Array  # () float32 in (0, 1]; 1 means no top-p cut
+    min_new: jax.Array | None = None  # () int32: no `held` token before this many new ones
+    held: jax.Array | None = None  # (V,) bool: the tokens min_new holds back (None: no hold)
 
     @classmethod
-    def make(cls, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> "SamplingParams":
-        return cls(jnp.float32(temperature), jnp.int32(top_k), jnp.float32(top_p))
+    def make(cls, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+             min_new: int = 0, held=None) -> "SamplingParams":
+        """With `held` (a (V,) bool mask), those tokens are impossible until `min_new` tokens
+        were generated; without it there is no hold at all (and nothing computed for one)."""
+        hold = (None, None) if held is None else (jnp.int32(min_new), jnp.asarray(held, bool))
+        return cls(jnp.float32(temperature), jnp.int32(top_k), jnp.float32(top_p), *hold)
 
     def repeat(self, n: int) -> "SamplingParams":
         """Settings per row (the serving engine's), each row's repeated for n rows in a row
         (SSD's branches of one request); shared settings stay as they are."""
         return self if self.temperature.ndim == 0 else SamplingParams(
-            *(jnp.repeat(x, n) for x in self))
+            *(None if x is None else jnp.repeat(x, n, axis=0) for x in self))
+
+    def per_row(self, n: int) -> "SamplingParams":
+        """Shared settings as n rows of the same setting (the serving engine's form)."""
+        return SamplingParams(*(None if x is None else jnp.broadcast_to(x, (n,) + x.shape)
+                                for x in self))
 
 
 GREEDY = SamplingParams.make(temperature=0.0)
@@ -60,12 +79,15 @@ def _truncate(probs: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array
     return kept / jnp.sum(kept, axis=-1, keepdims=True)
 
 
-def sampling_probs(logits: jax.Array, params: SamplingParams) -> jax.Array:
+def sampling_probs(logits: jax.Array, params: SamplingParams, made=None) -> jax.Array:
     """logits (..., V) -> the probability vector (..., V) that sampling draws from.
 
     `params` holds one setting for every row, or (the serving engine) a setting per row:
     fields of shape (B,) for logits (B, ..., V); row b's law is then exactly the law its own
-    settings give alone."""
+    settings give alone. `made` (broadcast to logits.shape[:-1]): the tokens generated before
+    each position, for the settings' min_new hold; left out, nothing is held."""
+    if params.held is not None and made is not None:
+        logits = hold(logits, params, made)
     if params.temperature.ndim:
         return _rows_law(logits.astype(jnp.float32), params)
     # subtle: a real branch on a scalar: greedy decoding skips the softmax and the top-k/top-p
@@ -75,10 +97,30 @@ def sampling_probs(logits: jax.Array, params: SamplingParams) -> jax.Array:
                         logits.astype(jnp.float32), params)
 
 
+def hold(logits: jax.Array, params: SamplingParams, made) -> jax.Array:
+    """vLLM's min_tokens: the held tokens' logits set to −∞ at every position with fewer than
+    min_new tokens made before it — before the temperature and the cuts, as vLLM does, so a
+    top-k of 1 picks the likeliest token that is not held.
+
+    Worked example: min_new 2, EOS held, a chain round from 1 token made: its positions have 1,
+    2, 3, ... made before them, so EOS is impossible at the first and possible from the second.
+    """
+    made = jnp.broadcast_to(made, logits.shape[:-1])
+    per_row = params.min_new.ndim > 0
+    lift = (lambda x: x.reshape(x.shape[:1] + (1,) * (made.ndim - 1) + x.shape[1:])) \
+        if per_row else (lambda x: x)
+    early = made < lift(params.min_new)  # logits.shape[:-1]
+    # subtle: a real branch on "any position held" keeps a server's steps, whose rows always
+    # carry the (mostly zero) hold, from paying a select over every logit.
+    return jax.lax.cond(
+        jnp.any(early), lambda x: jnp.where(early[..., None] & lift(params.held), -jnp.inf, x),
+        lambda x: x, logits)
+
+
 def _rows_law(logits: jax.Array, params: SamplingParams) -> jax.Array:
     """sampling_probs with settings per row: the same arithmetic, row by row, as one setting."""
     shape = (logits.shape[0],) + (1,) * (logits.ndim - 1)
-    t, k, p = (x.reshape(shape) for x in params)
+    t, k, p = (x.reshape(shape) for x in params[:3])
     greedy = _greedy_law(logits, params)
     # subtle: scalar predicates (any row) keep these real branches, as in sampling_probs; a row
     # outside them takes its own law from the jnp.where, so no row depends on another's.

@@ -262,7 +262,8 @@ class Speculator(Speculation):
         positions = (state.length - 1)[:, None] + jnp.arange(self.gamma + 1)  # (B, γ+1)
         logits, hidden, cache = target_pass(self.graphdef, params, block, positions, state.cache,
                                             n_draft, live, self.drafter.varies_length)
-        p = sampling_probs(logits, sp)  # (B, γ+1, V)
+        made = state.n_new[:, None] + jnp.arange(self.gamma + 1)  # tokens before each p
+        p = sampling_probs(logits, sp, made)  # (B, γ+1, V)
         _, key = round_keys(state.key, state.step)
         return Judged(p, self.rule(key, drafted, p, n_draft), drafted.drafts, hidden, cache)
 

@@ -4,11 +4,14 @@ however many requests share the engine and whenever they arrive — slots are re
 recompiles as requests come and go, and bad requests are one sentence."""
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from nanospec.drafters import DraftModel, PromptLookup
 from nanospec.errors import UserError
 from nanospec.generate import Decoder, pad_prompts
+from nanospec.model import forward
 from nanospec.rounds import generated
 from nanospec.sampling import SamplingParams
 from nanospec.serving.engine import Engine, Request
@@ -96,6 +99,7 @@ def test_a_full_engine_and_bad_requests_are_one_sentence(pair):
         engine.insert(REQUESTS[1])
     for bad, message in ((REQUESTS[0]._replace(temperature=-1.0), "--temperature"),
                          (REQUESTS[0]._replace(max_new=0), "max_new"),
+                         (REQUESTS[0]._replace(min_new=10), "min_new must be 0 to max_new"),
                          (REQUESTS[0]._replace(prompt=[1] * cfg.n_ctx), "context holds")):
         with pytest.raises(UserError, match=message):
             Engine(loops(pair)["ar"], p, draft[2], slots=1).insert(bad)
@@ -204,3 +208,36 @@ def test_stop_tokens_end_a_request_where_eos_would_end_it_alone(pair):
     with pytest.raises(UserError, match="Token ids are 0 to"):
         engine.insert(r._replace(stop_ids=(10**6,)))
     assert engine.free_slots == 2
+
+
+def held_greedy(pair, prompt, max_new: int, stops, min_new: int) -> list[int]:
+    """vLLM's min_tokens written out on its own: greedy, one whole forward pass per token,
+    the stop tokens' logits at −∞ while fewer than min_new tokens are made; ends at a stop."""
+    (cfg, g, p), _ = pair
+    seq, out = list(prompt), []
+    while len(out) < max_new and not (out and out[-1] in stops):
+        padded = jnp.asarray([seq + [0] * (cfg.n_ctx - len(seq))])  # one shape: one compile
+        logits, _, _ = forward(g, p, padded, jnp.arange(cfg.n_ctx)[None])
+        logits = np.array(logits[0, len(seq) - 1])  # causal: the padding is not seen
+        if len(out) < min_new:
+            logits[list(stops)] = -np.inf
+        out.append(int(np.argmax(logits)))
+        seq.append(out[-1])
+    return out
+
+
+@pytest.mark.parametrize("method", ["ar", "draft", "tree"])
+def test_min_new_holds_the_stop_tokens_as_a_plain_masked_loop_does(pair, method):
+    """Greedy, its own first two tokens as stop ids, min_new 4: the engine (speculating, with
+    a neighbour) makes the masked loop's tokens; without the hold it stops at once."""
+    (_, _, p), draft = pair
+    loop = loops(pair)[method]
+    r = Request(PROMPT, 10, 0.0)
+    free = alone(loop, pair, r)
+    stops = tuple(dict.fromkeys(free[:2]))
+    want = held_greedy(pair, PROMPT, 10, stops, min_new=4)
+    assert len(want) >= 5 and not set(want[:4]) & set(stops)  # the hold changed the text
+    neighbour = Request(PROMPT_B, 6, 1.0, seed=3)
+    got = serve(Engine(loop, p, draft[2], slots=2),
+                {0: [r._replace(stop_ids=stops, min_new=4), neighbour, r._replace(stop_ids=stops)]})
+    assert got == {0: want, 1: alone(loop, pair, neighbour), 2: free[:1]}

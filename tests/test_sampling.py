@@ -112,3 +112,25 @@ def test_settings_per_row_give_each_row_exactly_its_own_law():
     # all greedy, or no row cut: the branches skipped still give each row its law
     greedy = SamplingParams(*(jnp.asarray(x) for x in zip(*[(0.0, 0, 1.0)] * 5)))
     assert jnp.array_equal(sampling_probs(logits, greedy), sampling_probs(logits, GREEDY))
+
+
+def test_a_hold_takes_its_tokens_out_before_the_temperature_and_the_cuts():
+    """vLLM's min_tokens (sampling.hold), the docstring's example: min_new 2, token 0 held; a
+    chain round from 1 token made has 1, 2, 3 made before its positions, so token 0 is
+    impossible at the first only. Held first, then cut: top-k 1 picks the likeliest token
+    that is not held (token 1), not "nothing"."""
+    sp = SamplingParams.make(1.0, top_k=1, min_new=2, held=np.array([True, False, False, False]))
+    p = sampling_probs(jnp.stack([LOGITS] * 3), sp, made=jnp.array([1, 2, 3]))
+    np.testing.assert_array_equal(p, [[0, 1, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0]])
+    warm = SamplingParams.make(1.0, min_new=2, held=np.array([True, False, False, False]))
+    np.testing.assert_allclose(sampling_probs(LOGITS, warm, made=0),
+                               jax.nn.softmax(LOGITS.at[0].set(-jnp.inf)), rtol=1e-6)
+    no_made = sampling_probs(LOGITS, warm)  # `made` left out: nothing held
+    assert jnp.array_equal(no_made, sampling_probs(LOGITS, SamplingParams.make()))
+    # per row (the engine's form): row b's hold counts row b's tokens made
+    rows = SamplingParams.make(0.0, min_new=0, held=np.zeros(4, bool)).per_row(3)
+    rows = rows._replace(min_new=jnp.array([0, 2, 5]),
+                         held=jnp.array([[1, 0, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0]], bool))
+    made = jnp.array([[0, 1], [1, 2], [3, 4]])  # (B, 2 positions)
+    got = sampling_probs(jnp.broadcast_to(LOGITS, (3, 2, 4)), rows, made)
+    assert np.asarray(got).argmax(-1).tolist() == [[0, 0], [1, 0], [2, 2]]

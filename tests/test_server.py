@@ -14,7 +14,7 @@ disconnects mid-stream are reproduced exactly.
   that disconnects frees its slot (within a step or two, streaming or not); stop strings cut
   the text and never show; a draining server is 503;
 - TextStream (serving/text.py) by known answers: a character split across tokens, a stop
-  string split across steps;
+  string split across steps, and stop strings within min_tokens (text, not a stop);
 - and one real `nanospec serve` process on the shipped checkpoints: the same text streamed or
   not, and SIGTERM drains an in-flight stream to its end, then the process exits 0.
 """
@@ -481,6 +481,20 @@ def test_text_stream_holds_back_half_characters_and_stop_beginnings(tiny_tokeniz
     assert s.push(tok.encode("x")) == s.finish() == ""
     s = TextStream(tok, ["END"])
     assert s.push(tok.encode("the EN")) == "the " and s.finish() == "EN"  # no stop came
+
+
+def test_text_stream_counts_a_stop_string_only_where_it_ends_after_min_tokens(tiny_tokenizer):
+    """vLLM's min_tokens: a stop string that ends within the first min_tokens tokens is text
+    like any other; one ending later (even one begun earlier) stops the stream. Byte tokens
+    here, so each character is one token, pushed one at a time or all at once."""
+    tok = tiny_tokenizer
+    for pushes in ([[c] for c in b"a.b.c"], [list(b"a.b.c")]):
+        s = TextStream(tok, ["."], min_tokens=2)
+        assert "".join(s.push(ids) for ids in pushes) == "a.b" and s.stopped
+    s = TextStream(tok, ["ab"], min_tokens=1)  # begun in the first token, ended in the second
+    assert s.push([ord("a")]) == "" and s.push([ord("b")]) == "" and s.stopped
+    s = TextStream(tok, ["."], min_tokens=3)
+    assert s.push(list(b"a.b")) == "a.b" and s.finish() == "" and not s.stopped
 
 
 def test_speculative_config_is_read_like_vllms(capsys):

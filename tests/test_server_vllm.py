@@ -9,7 +9,8 @@ the same engine driven directly before the server starts.
 - n choices, each its own job with seed + i, streamed with their index; all fit or 429;
 - prompts as token ids, as a list, as a list of token-id lists (index p * n + i);
 - vLLM's stop_token_ids and ignore_eos end (or do not end) a completion where the engine
-  does, the stop token counted but not shown; min_tokens above 0 is a 400 that says why;
+  does, the stop token counted but not shown; min_tokens holds EOS, the stop ids and the stop
+  strings back until that many tokens are made (above max_tokens: a 400);
 - /tokenize and /detokenize in vLLM's shapes, tokenizing exactly as a completion's prompt is.
 """
 
@@ -241,6 +242,25 @@ def test_stop_token_ids_end_the_completion_and_the_token_is_counted_not_shown(se
     assert streamed[-1].choices[0].finish_reason == "stop"
 
 
+def test_min_tokens_holds_the_stop_token_and_the_stop_string_back(server):
+    """The greedy run's token k as a stop id (and its text as a stop string): with min_tokens
+    k + 2 the completion cannot stop there; it makes at least k + 2 tokens, the first k the
+    free run's. (test_engine.py checks the held tokens exactly.)"""
+    want, tok = server.greedy, server.tok
+    stop = next(t for t in want[2:] if t != tok.eos_id and tok.decode([t]).strip())
+    k = want.index(stop)
+    ask = dict(prompt=GREEDY[0], max_tokens=GREEDY[1], temperature=0, min_tokens=k + 2)
+    assert complete(server, **{**ask, "min_tokens": 0}, stop_token_ids=[stop])[
+        "usage"]["completion_tokens"] == k + 1
+    held = complete(server, **ask, stop_token_ids=[stop])
+    assert held["usage"]["completion_tokens"] >= k + 2  # token k was not the stop token
+    assert held["choices"][0]["text"].startswith(text_of(tok, want[:k]))
+    text = tok.decode([stop])
+    by_string = complete(server, **ask, stop=[text])
+    assert by_string["usage"]["completion_tokens"] >= k + 2
+    assert by_string["choices"][0]["text"].startswith(text_of(tok, want[:k]))
+
+
 def test_ignore_eos_goes_on_past_eos_to_max_tokens(server):
     """EOS made a token this greedy run makes mid-way (the engine reads its EOS at insert):
     without ignore_eos the completion ends there ("stop"), with it, at max_tokens."""
@@ -274,7 +294,10 @@ BAD = [  # (what is wrong, fields, param)
     ("a stop id past the vocabulary", {"stop_token_ids": [10**6]}, "stop_token_ids"),
     ("65 stop ids", {"stop_token_ids": [1] * 65}, "stop_token_ids"),
     ("ignore_eos a string", {"ignore_eos": "yes"}, "ignore_eos"),
-    ("min_tokens 1", {"min_tokens": 1}, "min_tokens"),
+    ("min_tokens above max_tokens", {"min_tokens": 3}, "min_tokens"),
+    ("min_tokens above the default max_tokens", {"min_tokens": 17, "max_tokens": None},
+     "min_tokens"),
+    ("min_tokens negative", {"min_tokens": -1}, "min_tokens"),
 ]
 
 
@@ -283,8 +306,8 @@ def test_what_cannot_be_served_is_a_400_naming_the_field(server, fields, param):
     r = server.post("/v1/completions", {"model": "nanospec", "prompt": "The", "max_tokens": 2,
                                         **fields})
     error = error_of(r, 400, param)
-    if param == "min_tokens":
-        assert "not served" in error["message"] and "mask" in error["message"]
+    if fields.get("min_tokens", 0) > 0:
+        assert "lower min_tokens or raise max_tokens" in error["message"]
 
 
 def test_min_tokens_0_and_best_of_n_ask_for_nothing(server):

@@ -57,7 +57,7 @@ def plain_round(spec, params, dparams, state, sp, max_new):
     last = take_rows(state.seq, state.length - 1, 1)  # (B, 1)
     logits, _, cache = forward(spec.graphdef, params, last, (state.length - 1)[:, None],
                                state.cache)
-    p = sampling_probs(logits[:, 0], sp)  # (B, V)
+    p = sampling_probs(logits[:, 0], sp, state.n_new)  # (B, V)
     _, key = round_keys(state.key, state.step)  # this round's verify key, as any round's
     token = sample_rows(key, p)  # (B,)
     none = jnp.zeros(B, jnp.int32)

@@ -15,25 +15,26 @@ numbers them. A request's choices all fit in the server's slots + queue or it ge
 
 vLLM's extensions: `top_k` (0 or -1: off), `ignore_eos` (go on past <|endoftext|> to
 max_tokens), `stop_token_ids` (up to 64 more tokens that end a completion, as EOS does:
-finish_reason "stop", the token counted in usage but not in the text) and `min_tokens` at 0
-only (see check_body for why). `logprobs` (0 to 20: vLLM's limit, OpenAI's is 5) and `echo`
-are OpenAI's (logprobs.py: the target's logprobs, whatever drafted the tokens); `echo` with
-`max_tokens` 0 scores the prompt without generating (how lm-eval scores a model; vLLM allows
-it, and max_tokens 0 is refused without echo); `logprobs` is refused in a stream (it is
-scored once a choice ends). The other standard OpenAI fields are accepted at the values
-that ask for nothing (the official client may send them: "suffix": null,
-"presence_penalty": 0, ...); any other value is a 400 that names the field,
-and so is a field OpenAI does not have. So is anything OpenAI or vLLM refuse: a value of the
-wrong JSON type (no coercion: "max_tokens": "16" or true, "stream": "yes"; a whole number is
-a valid float, "temperature": 1), more than 4 stop strings, stream_options without stream,
-and a max_tokens the context cannot hold after the prompt (vLLM's rule; an omitted max_tokens
-is OpenAI's 16, or the room left if less). Every error has OpenAI's shape:
+finish_reason "stop", the token counted in usage but not in the text) and `min_tokens` (up to
+max_tokens: EOS and the stop ids are impossible before that many tokens, and stop strings count
+only where they end after them, as in vLLM). `logprobs` (0 to 20: vLLM's limit, OpenAI's is 5)
+and `echo` are OpenAI's (logprobs.py: the target's logprobs, whatever drafted the tokens);
+`echo` with `max_tokens` 0 scores the prompt without generating (how lm-eval scores a model;
+vLLM allows it, and max_tokens 0 is refused without echo); `logprobs` is refused in a stream
+(it is scored once a choice ends). The other standard OpenAI fields are accepted at the values
+that ask for nothing (the official client may send them: "suffix": null, "presence_penalty": 0,
+...); any other value is a 400 that names the field, and so is a field OpenAI does not have. So
+is anything OpenAI or vLLM refuse: a value of the wrong JSON type (no coercion: "max_tokens":
+"16" or true, "stream": "yes"; a whole number is a valid float, "temperature": 1), more than 4
+stop strings, stream_options without stream, and a max_tokens the context cannot hold after the
+prompt (vLLM's rule; an omitted max_tokens is OpenAI's 16, or the room left if less). Every
+error has OpenAI's shape:
 
     {"error": {"message": "temperature must be between 0 and 2, got -1.0.",
                "type": "invalid_request_error", "param": "temperature", "code": null}}
 
 What this file deliberately leaves out: chat completions, logprobs in a stream, best_of (but
-equal to n), min_tokens above 0, penalties.
+equal to n), penalties.
 """
 
 import json
@@ -105,7 +106,7 @@ class CompletionBody(BaseModel):
     # vLLM's extensions:
     ignore_eos: bool = False  # go on past <|endoftext|> to max_tokens (fixed-length runs)
     stop_token_ids: list[int] | None = None  # more tokens that end a completion (not in its text)
-    min_tokens: int = 0  # refused above 0: see check_body
+    min_tokens: int = 0  # no EOS, stop token or stop string before this many tokens
     echo: bool | None = False  # the prompt's text (and with logprobs, its tokens) first
     logprobs: int | None = None  # None: none; k: each token's and the k likeliest (0 to 20)
     # OpenAI fields accepted only at the value that asks for nothing:
@@ -143,7 +144,8 @@ NOTHING_ASKED = {"suffix": (None, ""), "presence_penalty": (None, 0),
 # field -> the closed range of its values (JAX holds the integers as int32; OpenAI's range for
 # temperature). top_p's range, (0, 1], is checked with the sampling settings below.
 RANGES = {"max_tokens": (0, INT32_MAX), "seed": (0, INT32_MAX), "top_k": (-1, INT32_MAX),
-          "temperature": (0, 2), "n": (1, 16), "logprobs": (0, MOST_TOP)}
+          "temperature": (0, 2), "n": (1, 16), "logprobs": (0, MOST_TOP),
+          "min_tokens": (0, INT32_MAX)}
 # n's bound, 16 (OpenAI's is 128): every choice is a whole engine job, taking a slot or a
 # place in the queue, and a request's choices are taken all together or not at all; past a
 # small server's slots + queue a larger n could never run, and well before that one request
@@ -166,14 +168,6 @@ def check_body(body: CompletionBody, served: str) -> None:
     if body.best_of not in (None, body.n or 1):
         raise ApiError(400, "best_of is not supported by nanospec; leave it out (or equal to "
                             "n).", "best_of")
-    if body.min_tokens != 0:
-        # subtle: exact min_tokens means the target's law at each position before it has EOS
-        # and the stop ids masked out, inside the verify pass (and the draft's likewise);
-        # cutting them afterwards would change the law of everything after.
-        raise ApiError(400, "min_tokens is not served by nanospec (only 0): a speculative "
-                            "round would have to mask EOS and the stop tokens out of the "
-                            "target's law at each position before it, which its loops do "
-                            "not do.", "min_tokens")
     if isinstance(body.prompt, list) and not body.prompt:
         raise ApiError(400, "prompt is an empty list; give a text, token ids, or a list of "
                             "either.", "prompt")
@@ -229,13 +223,19 @@ def max_new_tokens(body: CompletionBody, prompt_tokens: int, n_ctx: int) -> int:
     """
     room = n_ctx - prompt_tokens  # at least 1: a prompt that fills the context is refused first
     if body.max_tokens is None:
-        return min(DEFAULT_MAX_TOKENS, room)
-    if body.max_tokens > room:
+        most = min(DEFAULT_MAX_TOKENS, room)
+    elif body.max_tokens > room:
         raise ApiError(400, f"max_tokens is {body.max_tokens} but the prompt is {prompt_tokens} "
                             f"tokens and a request here holds {n_ctx}, leaving room for {room}; "
                             f"lower max_tokens or shorten the prompt.", "max_tokens",
                        "context_length_exceeded")
-    return body.max_tokens
+    else:
+        most = body.max_tokens
+    if body.min_tokens > most:
+        given = "" if body.max_tokens is not None else ", left out,"
+        raise ApiError(400, f"min_tokens is {body.min_tokens} but max_tokens{given} is {most}; "
+                            f"lower min_tokens or raise max_tokens.", "min_tokens")
+    return most
 
 
 def flag(field: str) -> str:

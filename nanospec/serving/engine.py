@@ -66,6 +66,7 @@ class Request(NamedTuple):
     seed: int = 0
     ignore_eos: bool = False  # go on past <|endoftext|> (vLLM's; fixed-length benchmark runs)
     stop_ids: tuple[int, ...] = ()  # more tokens that end the request (vLLM's stop_token_ids)
+    min_new: int = 0  # no stop token (EOS, stop ids) before this many tokens (vLLM's min_tokens)
 
 
 class Output(NamedTuple):
@@ -140,7 +141,10 @@ class Engine:
         self.state = empty._replace(done=jnp.ones_like(empty.done),
                                     step=jnp.zeros(slots, jnp.int32),
                                     key=jax.random.split(jax.random.key(0), slots))
-        self.sp = SamplingParams(*(jnp.stack([x] * slots) for x in SamplingParams.make()))
+        # Every row carries a hold (min_new 0: nothing held), so rows that use one and rows
+        # that do not share one step program.
+        held = np.zeros(self.loop.cfg.vocab_size, bool)
+        self.sp = SamplingParams.make(held=held).per_row(slots)
         self.max_new = jnp.ones(slots, jnp.int32)
         self.slots = [None] * slots
         self.paused, self._ended = False, None
@@ -168,6 +172,9 @@ class Engine:
         check_sampling(request.temperature, request.top_k, request.top_p)
         if request.max_new < 1:
             raise UserError(f"max_new must be at least 1, got {request.max_new}.")
+        if not 0 <= request.min_new <= request.max_new:
+            raise UserError(f"min_new must be 0 to max_new ({request.max_new}), got "
+                            f"{request.min_new}.")
         self.loop.check([len(request.prompt)], request.max_new)
         if len(request.prompt) >= self.max_len:
             raise UserError(f"The prompt is {len(request.prompt)} tokens long but this engine's "
@@ -181,14 +188,17 @@ class Engine:
         # write into the engine's (donated) state, so a refusal leaves the other slots intact.
         tokens, lengths = pad_prompts([request.prompt], self.max_len)
         max_new = jnp.int32(min(request.max_new, self.max_len - len(request.prompt)))
-        sp = SamplingParams.make(request.temperature, request.top_k, request.top_p)
+        stops = set(request.stop_ids) | ({self.eos_id} - {-1} if not request.ignore_eos else set())
+        held = np.zeros(vocab, bool)
+        held[list(stops)] = True
+        sp = SamplingParams.make(request.temperature, request.top_k, request.top_p,
+                                 request.min_new, held)
         one = self._prefill(self.params, self.dparams, tokens, lengths,
                             jax.random.key(request.seed))
         at = self.slots.index(None)
         self.state = self._insert(self.state, one, at)
         self.sp = self._insert(self.sp, sp, at)
         self.max_new = self._insert(self.max_new, max_new, at)
-        stops = set(request.stop_ids) | ({self.eos_id} - {-1} if not request.ignore_eos else set())
         self.slots[at] = _Slot(request, len(request.prompt), 0, frozenset(stops))
         return at
 

@@ -96,8 +96,9 @@ class Service:
         # Choice i of each prompt samples with seed + i (past int32, wrapped round to 0), so a
         # list of prompts is answered exactly as each prompt sent alone with the same seed.
         jobs = [Job(Request(p, most, *sampling(body), seed=(seed + i) % (INT32_MAX + 1),
-                            ignore_eos=body.ignore_eos, stop_ids=stop_ids),
-                    TextStream(self.tok, stops(body)), loop)
+                            ignore_eos=body.ignore_eos, stop_ids=stop_ids,
+                            min_new=body.min_tokens),
+                    TextStream(self.tok, stops(body), body.min_tokens), loop)
                 for p, most in zip(ids, max_new) for i in range(n)]
         if body.max_tokens != 0:  # 0 (with echo): the prompts are scored, nothing is run
             self.scheduler.submit(*jobs)

@@ -16,6 +16,10 @@ prefix differ from a prefix of the final text:
 Worked example, stop ["END"]: push("the E") sends "the " and holds "E"; push("N") holds "EN";
 push("D and more") finds "END": the stream has stopped, and the whole text is "the ".
 
+With vLLM's `min_tokens`, a stop string counts only if it ends in the text of a token after
+the first `min_tokens`: one that ends earlier is text like any other (it may still be the
+beginning of one that ends later).
+
 What this file deliberately leaves out: tokens themselves (the engine's), and stop *token ids*.
 """
 
@@ -44,18 +48,28 @@ class TextStream:
     the end. `stopped` turns True at the first stop string (push returns the text before it,
     and everything after is dropped)."""
 
-    def __init__(self, tokenizer, stops: list[str]):
-        self.tok, self.stops = tokenizer, stops
+    def __init__(self, tokenizer, stops: list[str], min_tokens: int = 0):
+        self.tok, self.stops, self.min_tokens = tokenizer, stops, min_tokens
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.pending = ""  # decoded, not sent yet: it may be the beginning of a stop string
+        self.early = 0  # how many of pending's characters came before min_tokens was reached
+        self.pushed = 0  # tokens pushed so far
         self.stopped = False
 
     def push(self, ids: list[int]) -> str:
         """The text that these tokens make safe to send (often "", never past a stop)."""
         if self.stopped:
             return ""
-        data = b"".join(self.tok.token_bytes(i) for i in ids if i != self.tok.eos_id)
-        return self._release(self.pending + self.decoder.decode(data))
+        n_early = max(0, min(len(ids), self.min_tokens - self.pushed))  # before min_tokens
+        self.pushed += len(ids)
+        text = self.pending + self._decode(ids[:n_early])
+        if n_early:
+            self.early = len(text)  # no stop string may end in here
+        return self._release(text + self._decode(ids[n_early:]))
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.decoder.decode(b"".join(self.tok.token_bytes(i) for i in ids
+                                            if i != self.tok.eos_id))
 
     def finish(self) -> str:
         """The rest: the held-back tail (no stop can complete now) and any cut-off bytes."""
@@ -66,11 +80,24 @@ class TextStream:
         return text + rest
 
     def _release(self, text: str) -> str:
-        """Send `text` up to the first stop string (and stop there), or up to what is held."""
-        cut = min((i for i in (text.find(s) for s in self.stops) if i >= 0), default=-1)
+        """Send `text` up to the first stop string that ends past the early text (and stop
+        there), or up to what is held."""
+        cut = min((i for i in (first_end_past(text, s, self.early) for s in self.stops)
+                   if i >= 0), default=-1)
         if cut >= 0:
             self.stopped, self.pending = True, ""
             return text[:cut]
         keep = held_back(text, self.stops)
         self.pending = text[len(text) - keep:]
+        self.early = max(0, self.early - (len(text) - keep))  # now counted within pending
         return text[:len(text) - keep]
+
+
+def first_end_past(text: str, stop: str, early: int) -> int:
+    """Where the first `stop` in `text` that ends after its first `early` characters begins
+    (-1: none).
+
+    >>> first_end_past("a.b.", ".", 2), first_end_past("a.b.", ".", 0), first_end_past("a.", ".", 2)
+    (3, 1, -1)
+    """
+    return text.find(stop, max(0, early - len(stop) + 1))

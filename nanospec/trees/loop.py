@@ -105,7 +105,8 @@ class TreeSpeculator(Speculation):
         logits, hidden, cache = forward(self.graphdef, params, grown.tokens,
                                         tree_positions(start, self.tree), state.cache,
                                         block_mask=jnp.asarray(self.tree.ancestor_mask))
-        p = sampling_probs(logits, sp)  # (B, N, V)
+        made = state.n_new[:, None] + jnp.asarray(self.tree.depth)  # tokens before each p
+        p = sampling_probs(logits, sp, made)  # (B, N, V)
         _, key = round_keys(state.key, state.step)
         v = verify_tree(key, grown.tokens, grown.node_q, p, self.tree)
         path_tokens = gather_path(grown.tokens, v.path)  # (B, D+1): the root first

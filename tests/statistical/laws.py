@@ -14,10 +14,13 @@ import numpy as np
 from flax import nnx
 from scipy import stats
 
+from nanospec.drafters import DraftModel
 from nanospec.generate import pad_prompts
 from nanospec.model import GPT, ModelConfig, forward
 from nanospec.sampling import SamplingParams, sampling_probs
 from nanospec.rounds import generated
+from nanospec.serving.adaptive import Goodput
+from nanospec.serving.steps import redraft, round_at, step_loops
 from nanospec.speculative import Speculator
 from nanospec.trees.loop import TreeSpeculator
 
@@ -53,15 +56,22 @@ def tiny_pair():
     return target, (cfg, target[1], blended)
 
 
-def exact_law(model, prompt: list[int], m: int, sp: SamplingParams) -> np.ndarray:
-    """P(next m tokens = s) for every s in V^m (index: base-V number), float64."""
+def exact_law(model, prompt: list[int], m: int, sp: SamplingParams, held=(),
+              min_new: int = 0) -> np.ndarray:
+    """P(next m tokens = s) for every s in V^m (index: base-V number), float64.
+
+    With `held` tokens, vLLM's min_tokens written out on its own: their logits are −∞ at the
+    first `min_new` new positions, before `sp` (which must hold nothing itself) is applied."""
     cfg, g, p = model
+    assert sp.held is None, "the hold is written out here, independently of sampling.hold"
     seqs = np.array(list(itertools.product(range(V), repeat=m)), np.int32)  # (V^m, m)
     full = np.concatenate([np.tile(prompt, (len(seqs), 1)), seqs], axis=1)  # (V^m, L+m)
-    T = full.shape[1]
+    T, L = full.shape[1], len(prompt)
     logits, _, _ = forward(g, p, jnp.asarray(full), jnp.broadcast_to(jnp.arange(T), full.shape))
+    banned = np.zeros((T, V), bool)
+    banned[L - 1:L - 1 + min_new, list(held)] = True  # position L-1+i: the law of new token i
+    logits = jnp.where(banned, -jnp.inf, logits)
     probs = np.asarray(sampling_probs(logits, sp), np.float64)  # (V^m, T, V)
-    L = len(prompt)
     step_p = probs[np.arange(len(seqs))[:, None], L - 1 + np.arange(m)[None, :], seqs]  # (V^m, m)
     law = step_p.prod(axis=1)
     return law / law.sum()
@@ -99,6 +109,33 @@ def run_speculative(target, drafter, dparams, prompts: list[list[int]], m: int,
         for row, seq in zip(rows, generated(state, lengths)):
             out.setdefault(tuple(row), []).append(seq)
     return out
+
+
+_redraft = jax.jit(redraft, static_argnums=0)
+
+
+def run_engine_rows(pair, sp: SamplingParams, n: int, m: int, gamma: int, schedule,
+                    seed: int) -> list[list[int]]:
+    """n serving-engine rows of PROMPT (a key and round counter each, `sp` per row), every
+    step at `schedule`'s γ (repeated; 0: a plain step, then the draft cache is rebuilt with
+    `steps.redraft` when drafting resumes), until all have m tokens: their tokens."""
+    (cfg, g, p), (dcfg, dg, dparams) = pair
+    loop = Speculator(graphdef=g, cfg=cfg, drafter=DraftModel(dg, dcfg), gamma=gamma, eos_id=-1)
+    loops = step_loops(loop, Goodput(gammas=tuple(range(gamma + 1))))
+    tokens, lengths = pad_prompts([PROMPT] * n, cfg.n_ctx)
+    state = loops[gamma].prefill(p, dparams, tokens, lengths, jax.random.key(0))
+    state = state._replace(key=jax.random.split(jax.random.key(seed), n),
+                           step=jnp.zeros(n, jnp.int32))
+    rounds = {k: jax.jit(round_at(k, spec)) for k, spec in loops.items()}
+    paused = False
+    for k in itertools.cycle(schedule):
+        if bool(jnp.all(state.done)):
+            break
+        if k and paused:
+            state = _redraft(loops[gamma], dparams, state)
+        paused = k == 0
+        state = rounds[k](p, dparams, state, sp, jnp.full(n, m, jnp.int32))[0]
+    return generated(state, lengths)
 
 
 def chi_square_pvalue(observed_cells: np.ndarray, law: np.ndarray, min_expected: float = 5.0) -> float:

@@ -17,22 +17,13 @@ softmax instead of the law the settings give (T = 0.7, top-k 3, top-p 0.9): one 
 sampler on one kind of step, which the drafted rounds around it do not hide.
 """
 
-import itertools
-
 import jax
-import jax.numpy as jnp
-import numpy as np
 import pytest
 
-from nanospec.drafters import DraftModel
-from nanospec.generate import pad_prompts
-from nanospec.rounds import generated
 from nanospec.sampling import SamplingParams
 from nanospec.serving import adaptive
-from nanospec.serving.adaptive import Goodput
-from nanospec.serving.steps import redraft, round_at, step_loops
-from nanospec.speculative import Speculator
-from tests.statistical.laws import PROMPT, chi_square_pvalue, encode, exact_law, tiny_pair
+from tests.statistical.laws import (PROMPT, chi_square_pvalue, encode, exact_law,
+                                    run_engine_rows, tiny_pair)
 
 N = 20_000
 THRESHOLD = 1e-4
@@ -41,38 +32,14 @@ M, GAMMA = 4, 3
 SCHEDULE = (0, 3, 0, 0, 2, 1, 3, 0)  # the γ of step 1, 2, ...; repeated
 CELLS = {"T1": (1.0, 0, 1.0), "T0.7-topk3-topp0.9": (0.7, 3, 0.9)}
 
-_redraft = jax.jit(redraft, static_argnums=0)
-
-
 @pytest.fixture(scope="module")
 def pair():
     return tiny_pair()
 
 
-def run_schedule(pair, n: int, setting, seed: int) -> list[list[int]]:
-    """n engine rows of PROMPT, every step at SCHEDULE's γ, until all are done: their tokens."""
-    (cfg, g, p), (dcfg, dg, dparams) = pair
-    loop = Speculator(graphdef=g, cfg=cfg, drafter=DraftModel(dg, dcfg), gamma=GAMMA, eos_id=-1)
-    loops = step_loops(loop, Goodput(gammas=(0, 1, 2, GAMMA)))
-    tokens, lengths = pad_prompts([PROMPT] * n, cfg.n_ctx)
-    state = loops[GAMMA].prefill(p, dparams, tokens, lengths, jax.random.key(0))
-    state = state._replace(key=jax.random.split(jax.random.key(seed), n),
-                           step=jnp.zeros(n, jnp.int32))
-    sp = SamplingParams(*(jnp.full(n, x) for x in SamplingParams.make(*setting)))
-    rounds = {g: jax.jit(round_at(g, spec)) for g, spec in loops.items()}
-    paused = False
-    for gamma in itertools.cycle(SCHEDULE):
-        if bool(jnp.all(state.done)):
-            break
-        if gamma and paused:
-            state = _redraft(loops[GAMMA], dparams, state)
-        paused = gamma == 0
-        state = rounds[gamma](p, dparams, state, sp, jnp.full(n, M, jnp.int32))[0]
-    return generated(state, lengths)
-
-
 def pvalue(pair, setting, n, seed) -> float:
-    seqs = run_schedule(pair, n, setting, seed)
+    seqs = run_engine_rows(pair, SamplingParams.make(*setting).per_row(n), n, M, GAMMA,
+                           SCHEDULE, seed)
     assert {len(s) for s in seqs} == {M}
     return chi_square_pvalue(encode(seqs), exact_law(pair[0], PROMPT, M,
                                                      SamplingParams.make(*setting)))
@@ -85,6 +52,7 @@ def test_adaptive_gamma_keeps_the_law(pair, cell):
 
 
 def test_power_a_plain_step_that_forgets_the_sampling_settings_is_caught(pair, break_with):
-    break_with(adaptive, "sampling_probs", lambda logits, sp: jax.nn.softmax(logits, axis=-1))
+    break_with(adaptive, "sampling_probs",
+               lambda logits, sp, made=None: jax.nn.softmax(logits, axis=-1))
     p = pvalue(pair, CELLS["T0.7-topk3-topp0.9"], N, seed=11)
     assert p < POWER, f"p-value {p:.3g}: the broken plain step was not caught"
