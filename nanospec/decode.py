@@ -25,8 +25,8 @@ from nanospec.drafters import DraftModel, PromptLookup
 from nanospec.errors import UserError
 from nanospec.generate import Decoder, bucket, pad_prompts
 from nanospec.heads.modules import KINDS
-from nanospec.measure.samples import MEMORY_BUDGET, plan_chunks, run_chunks
 from nanospec.rounds import generated
+from nanospec.samples import MEMORY_BUDGET, plan_chunks, run_chunks
 from nanospec.sampling import SamplingParams
 from nanospec.speculative import Speculator
 from nanospec.ssd import SSDSpeculator
@@ -132,7 +132,7 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
     """`tree`: draft a token tree instead of a chain of γ (`top`: top-k siblings, else sampled).
     `ignore_eos`: go on past <|endoftext|> to max_new tokens (fixed-length runs).
 
-    Many samples run in chunks whose caches fit `memory_budget` bytes (measure/samples.py),
+    Many samples run in chunks whose caches fit `memory_budget` bytes (samples.py),
     each reported to `progress(samples_done, num_samples)` if given."""
     tok, cfg = bundle.tok, bundle.models["target"][0]
     prompt_ids = tok.encode_prompt(prompt)

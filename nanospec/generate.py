@@ -32,9 +32,8 @@ import numpy as np
 from nanospec.cache import KVCache, rollback, run_if
 from nanospec.errors import UserError
 from nanospec.model import ModelConfig, forward
-from nanospec.rounds import TOP, Loop, at, generated, prefill_target
+from nanospec.rounds import TOP, Loop, StepTrace, at, generated, prefill_target
 from nanospec.sampling import SamplingParams, fold, sample_rows, sampling_probs
-from nanospec.speculative import StepTrace
 from nanospec.verify import Verdict
 
 

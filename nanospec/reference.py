@@ -13,8 +13,8 @@ sequence, as a plain Python loop. Each step of the algorithm is one line or one 
 
 Nothing here is fast on purpose: the target re-reads the whole sequence every round (no KV
 cache, so rollback is free: the rejected drafts were never stored), and there is no batch and
-no `jit` around the loop — only the model calls inside it are compiled, each once (`fixed`
-pads their inputs to one width). speculative.py is the same algorithm made fast — KV caches
+no `jit` around the loop — only the model calls inside it are compiled, each once
+(`target_laws` pads the sequence to the context's length). speculative.py is the same algorithm made fast — KV caches
 rolled back in place, fixed shapes, every round inside one `lax.while_loop` — and a test
 (tests/test_reference.py) shows that both emit exactly the same tokens under the same key.
 

@@ -30,6 +30,7 @@ from nanospec.aot import compiled
 from nanospec.cache import init_cache
 from nanospec.model import ModelConfig, forward
 from nanospec.sampling import fold
+from nanospec.verify import Verdict
 
 TOP = 5  # how many of the most likely tokens a trace keeps per position (for display)
 
@@ -74,6 +75,24 @@ def generated(state, prompt_lengths) -> list[list[int]]:
     """Each row's generated ids (prompt stripped), from any loop's state (`seq`, `n_new`)."""
     seq, start, n = np.asarray(state.seq), np.asarray(prompt_lengths), np.asarray(state.n_new)
     return [seq[b, start[b]:start[b] + n[b]].tolist() for b in range(len(start))]
+
+
+class StepTrace(NamedTuple):
+    """Everything one round decided, as fixed-shape arrays (turned into events on the host)."""
+
+    live: jax.Array  # (B,) bool: the row took part in this round
+    start: jax.Array  # (B,) int32: committed length before the round
+    drafts: jax.Array  # (B, γ)
+    n_draft: jax.Array  # (B,) int32: drafts proposed (the first n_draft of `drafts`)
+    verdict: Verdict  # n_accepted, accepted, token, is_bonus, u, p_x, q_x, extra_probs
+    n_emitted: jax.Array  # (B,) tokens appended (n + 1, cut short by EOS or max_new)
+    emitted: jax.Array  # (B, γ+1) the appended tokens (valid up to n_emitted)
+    q_top: tuple  # (ids, probs) each (B, γ, TOP)
+    p_top: tuple  # (ids, probs) each (B, γ+1, TOP)
+    extra_top: tuple  # (ids, probs) each (B, TOP): the residual or bonus law
+    token_prob: jax.Array  # (B,) probability of the residual/bonus token under that law
+    token_p: jax.Array  # (B,) its probability under the target's p at that position
+    token_q: jax.Array  # (B,) ... and under the draft's q there (0 for a bonus token)
 
 
 class RoundStats(NamedTuple):

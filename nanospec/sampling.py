@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class SamplingParams(NamedTuple):
@@ -44,8 +45,10 @@ class SamplingParams(NamedTuple):
              min_new: int = 0, held=None) -> "SamplingParams":
         """With `held` (a (V,) bool mask), those tokens are impossible until `min_new` tokens
         were generated; without it there is no hold at all (and nothing computed for one)."""
-        hold = (None, None) if held is None else (jnp.int32(min_new), jnp.asarray(held, bool))
-        return cls(jnp.float32(temperature), jnp.int32(top_k), jnp.float32(top_p), *hold)
+        # numpy scalars, not jax arrays: building settings (GREEDY below, at import) must not
+        # start a JAX backend; jit takes them as traced inputs all the same.
+        hold = (None, None) if held is None else (np.int32(min_new), np.asarray(held, bool))
+        return cls(np.float32(temperature), np.int32(top_k), np.float32(top_p), *hold)
 
     def repeat(self, n: int) -> "SamplingParams":
         """Settings per row (the serving engine's), each row's repeated for n rows in a row

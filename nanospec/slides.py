@@ -78,6 +78,7 @@ def verify_block(ax, gamma: int = 4):
 def residual(ax):
     """Lesson 04's p and q, and the residual a rejected token is redrawn from."""
     import jax.numpy as jnp
+
     from nanospec.verify import residual as residual_of
     p = np.array([0.40, 0.25, 0.20, 0.10, 0.05])
     q = np.array([0.10, 0.45, 0.05, 0.30, 0.10])

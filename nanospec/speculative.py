@@ -31,11 +31,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nanospec.cache import KVCache, capacity as cache_capacity, rollback, run_if
+from nanospec.cache import KVCache, rollback, run_if
+from nanospec.cache import capacity as cache_capacity
 from nanospec.drafters import Drafter, take_rows
 from nanospec.errors import UserError
 from nanospec.model import ModelConfig, forward
-from nanospec.rounds import Loop, at, prefill_target, round_keys, top_tokens
+from nanospec.rounds import Loop, StepTrace, at, prefill_target, round_keys, top_tokens
 from nanospec.sampling import SamplingParams, sampling_probs
 from nanospec.verify import Verdict, verify
 
@@ -65,24 +66,6 @@ class Judged(NamedTuple):
     drafts: jax.Array  # (B, depth) the drafts along the path (the first n_accepted count)
     hidden: jax.Array  # (B, depth+1, C) the target's features along [last, path...]
     cache: KVCache  # the target's cache with the path in slots start.. (rolled back by commit)
-
-
-class StepTrace(NamedTuple):
-    """Everything one round decided, as fixed-shape arrays (turned into events on the host)."""
-
-    live: jax.Array  # (B,) bool: the row took part in this round
-    start: jax.Array  # (B,) int32: committed length before the round
-    drafts: jax.Array  # (B, γ)
-    n_draft: jax.Array  # (B,) int32: drafts proposed (the first n_draft of `drafts`)
-    verdict: Verdict  # n_accepted, accepted, token, is_bonus, u, p_x, q_x, extra_probs
-    n_emitted: jax.Array  # (B,) tokens appended (n + 1, cut short by EOS or max_new)
-    emitted: jax.Array  # (B, γ+1) the appended tokens (valid up to n_emitted)
-    q_top: tuple  # (ids, probs) each (B, γ, TOP)
-    p_top: tuple  # (ids, probs) each (B, γ+1, TOP)
-    extra_top: tuple  # (ids, probs) each (B, TOP): the residual or bonus law
-    token_prob: jax.Array  # (B,) probability of the residual/bonus token under that law
-    token_p: jax.Array  # (B,) its probability under the target's p at that position
-    token_q: jax.Array  # (B,) ... and under the draft's q there (0 for a bonus token)
 
 
 def full_capacity(cfg: ModelConfig, block: int) -> int:

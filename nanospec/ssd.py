@@ -49,9 +49,9 @@ from nanospec.cache import KVCache, rollback, run_if
 from nanospec.drafters import DraftModel, PromptLookup, take_rows
 from nanospec.errors import UserError
 from nanospec.model import forward
-from nanospec.rounds import round_keys
-from nanospec.sampling import SamplingParams, fold, sampling_probs
-from nanospec.speculative import Speculator, StepTrace
+from nanospec.rounds import StepTrace, round_keys
+from nanospec.sampling import SamplingParams, fold
+from nanospec.speculative import Speculator
 from nanospec.verify import verify
 
 BACKUPS = ("neural", "fast")

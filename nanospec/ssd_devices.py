@@ -37,7 +37,7 @@ import jax.numpy as jnp
 
 from nanospec.aot import compiled
 from nanospec.rounds import RoundStats
-from nanospec.speculative import Speculation, SpecState
+from nanospec.speculative import SpecState, Speculation
 from nanospec.ssd import SSDSpeculator
 
 

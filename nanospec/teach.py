@@ -37,17 +37,18 @@ from pathlib import Path
 
 import jax
 import numpy as np
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from nanospec import compile_cache
+from nanospec import (
+    SHIPPED,  # noqa: F401 (the lessons import it from here)
+    compile_cache,
+)
+from nanospec.measure.tables import CONSOLE, table  # noqa: F401 (lessons import table here)
 
 REPO = Path(__file__).resolve().parent.parent
-SHIPPED = REPO / "checkpoints"
 LESSONS = REPO / "lessons"
 FIGURES = Path(os.environ.get("NANOSPEC_FIGURES", REPO / "runs" / "lessons"))
-console = Console()
+console = CONSOLE  # the tables' console: prints and tables in one stream
 compile_cache.enable()  # as the CLI does: a lesson run again loads its programs, not compiles
 # Full float32 matrix products, on GPUs too (JAX's default there is TF32, ~1e-3 relative
 # error): the lessons compare texts token for token, and allow them to part only at a
@@ -108,17 +109,6 @@ def bar(value: float, most: float, width: int = 30) -> str:
     """A horizontal bar of `value` on a scale up to `most`, `width` characters at most."""
     full = round(width * max(0.0, min(value / most, 1.0)) * 8) if most > 0 else 0
     return "█" * (full // 8) + ("", "▏", "▎", "▍", "▌", "▋", "▊", "▉")[full % 8]
-
-
-def table(title: str, columns: list[str], rows: list[list]) -> None:
-    """Print a small table: the first column and bars (an empty header) left-aligned, the
-    rest right-aligned, as given (format them first)."""
-    t = Table(title=title, title_justify="left")
-    for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i == 0 or not c else "right")
-    for r in rows:
-        t.add_row(*[str(x) for x in r])
-    console.print(t)
 
 
 def figure(name: str, draw) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import regex
 
 from nanospec.errors import UserError
@@ -200,3 +201,12 @@ class Tokenizer:
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
             raise UserError(f"{path} is not a valid nanospec tokenizer file ({e}).") from None
         return cls(merges)
+
+
+def tokenize_docs(tok: Tokenizer, docs: list[str]) -> np.ndarray:
+    """Documents -> one long id stream, each document followed by <|endoftext|>."""
+    ids: list[int] = []
+    for doc in docs:
+        ids.extend(tok.encode(doc))
+        ids.append(tok.eos_id)
+    return np.asarray(ids, dtype=np.int32)

@@ -48,6 +48,7 @@ all rounds); acceptance histogram (rounds that accepted 0..γ drafts); tokens pe
 import json
 from collections.abc import Iterable
 from pathlib import Path
+
 import numpy as np
 
 from nanospec.errors import UserError

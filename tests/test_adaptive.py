@@ -7,11 +7,17 @@ import doctest
 import pytest
 
 from nanospec.drafters import DraftModel
-from nanospec.serving import adaptive
 from nanospec.errors import UserError
 from nanospec.generate import Decoder
-from nanospec.serving.adaptive import (Acceptance, DisableByBatchSize, Fixed, Goodput,
-                                       expected_tokens)
+from nanospec.serving import adaptive
+from nanospec.serving.adaptive import (
+    Acceptance,
+    DisableByBatchSize,
+    Fixed,
+    Goodput,
+    Policy,
+    expected_tokens,
+)
 from nanospec.serving.engine import Engine, Output, Request
 from nanospec.speculative import Speculator
 from tests.statistical.laws import PROMPT, PROMPT_B, tiny_pair
@@ -20,14 +26,11 @@ from tests.test_engine import alone, loops, serve
 COSTS = {0: 1.0, 1: 1.2, 2: 1.4, 4: 1.8}  # seconds a step, as a probe would measure them
 
 
-class Scripted:
+class Scripted(Policy):
     """A policy that takes the γs it is given, in turn (the tests' way to force a schedule)."""
 
     def __init__(self, schedule):
         self.schedule, self.gammas, self.taken = list(schedule), tuple(set(schedule)), 0
-
-    def observe(self, gamma, seconds):
-        pass
 
     def choose(self, live, acceptance):
         self.taken += 1

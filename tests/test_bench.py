@@ -7,8 +7,8 @@ all checked on synthetic numbers, never on wall-clock times.
 
 import doctest
 import io
-import math
 import json
+import math
 
 import pytest
 from flax import nnx
@@ -16,15 +16,21 @@ from rich.console import Console
 
 import nanospec.measure.bench
 import nanospec.measure.probes
-from nanospec.measure.bench import expected_tokens, iid_acceptance, latency_flags, plan_runs, run_bench
 from nanospec.cli import main
 from nanospec.decode import METHODS, Bundle
+from nanospec.errors import UserError
+from nanospec.heads.modules import KINDS, HeadConfig, build
+from nanospec.measure.bench import (
+    expected_tokens,
+    iid_acceptance,
+    latency_flags,
+    plan_runs,
+    run_bench,
+)
 from nanospec.measure.probes import paired_latency
 from nanospec.measure.tables import print_bench
-from nanospec.heads.modules import KINDS, HeadConfig, build
-from nanospec.trees.tree import Tree
-from nanospec.errors import UserError
 from nanospec.model import GPT, ModelConfig, count_params
+from nanospec.trees.tree import Tree
 
 
 def test_doctests():

@@ -23,7 +23,12 @@ from safetensors import safe_open
 from safetensors.numpy import save as st_save
 
 from nanospec.checkpoint import (
-    MANIFEST, load_model, load_model_file, read_manifest, save_model, state_to_tensors,
+    MANIFEST,
+    load_model,
+    load_model_file,
+    read_manifest,
+    save_model,
+    state_to_tensors,
 )
 from nanospec.errors import UserError
 from nanospec.fileio import atomic_write, sha256_file
@@ -224,7 +229,7 @@ def test_atomic_write_writes_bytes_and_text_without_leftovers(tmp_path):
     atomic_write(tmp_path / "a.bin", b"\x00\x01")
     atomic_write(tmp_path / "sub" / "b.txt", "héllo")  # creates the folder, writes UTF-8
     assert (tmp_path / "a.bin").read_bytes() == b"\x00\x01"
-    assert (tmp_path / "sub" / "b.txt").read_bytes() == "héllo".encode("utf-8")
+    assert (tmp_path / "sub" / "b.txt").read_bytes() == "héllo".encode()
     assert leftovers(tmp_path) == [] and leftovers(tmp_path / "sub") == []
 
 

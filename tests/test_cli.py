@@ -193,7 +193,7 @@ def test_a_prompt_that_is_not_utf8_is_one_sentence(capsys, tiny_ckpt_dir):
 def test_the_process_exits_2_without_a_traceback(tiny_ckpt_dir):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [sys.executable, "-m", "nanospec.cli", "--checkpoints", str(tiny_ckpt_dir),
+        [sys.executable, "-m", "nanospec", "--checkpoints", str(tiny_ckpt_dir),
          "generate", "--prompt", "hi", "--temperature", "-1"],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert proc.returncode == 2

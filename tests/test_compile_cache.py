@@ -29,7 +29,7 @@ def test_the_folder_follows_the_environment(tmp_path, monkeypatch):
 
 
 def generate(ckpt, env) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "nanospec.cli", "--checkpoints", str(ckpt), "generate",
+    argv = [sys.executable, "-m", "nanospec", "--checkpoints", str(ckpt), "generate",
             "--prompt", "The capital of France is", "--temperature", "0", "--max-new-tokens", "4"]
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
 

@@ -5,7 +5,12 @@ import random
 import pytest
 
 from nanospec.corpus import (
-    CorpusConfig, build_corpus, capital_prompts, code_document, facts_document, load_countries,
+    CorpusConfig,
+    build_corpus,
+    capital_prompts,
+    code_document,
+    facts_document,
+    load_countries,
     repetitive_document,
 )
 

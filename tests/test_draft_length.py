@@ -17,8 +17,8 @@ from flax import nnx
 from nanospec.drafters import PromptLookup
 from nanospec.generate import generate, pad_prompts
 from nanospec.model import GPT, ModelConfig
-from nanospec.sampling import GREEDY, SamplingParams
 from nanospec.rounds import generated
+from nanospec.sampling import GREEDY, SamplingParams
 from nanospec.speculative import Speculator
 from nanospec.trace import metrics
 from nanospec.verify import verify_row

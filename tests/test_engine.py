@@ -97,7 +97,7 @@ def test_a_full_engine_and_bad_requests_are_one_sentence(pair):
     engine.insert(REQUESTS[0])
     with pytest.raises(UserError, match="All 1 slots are busy"):
         engine.insert(REQUESTS[1])
-    for bad, message in ((REQUESTS[0]._replace(temperature=-1.0), "--temperature"),
+    for bad, message in ((REQUESTS[0]._replace(temperature=-1.0), "temperature must be"),
                          (REQUESTS[0]._replace(max_new=0), "max_new"),
                          (REQUESTS[0]._replace(min_new=10), "min_new must be 0 to max_new"),
                          (REQUESTS[0]._replace(prompt=[1] * cfg.n_ctx), "context holds")):

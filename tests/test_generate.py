@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nanospec.errors import UserError
 from nanospec.aot import programs_compiled
+from nanospec.errors import UserError
 from nanospec.generate import bucket, generate, pad_prompts, stream
-from nanospec.rounds import _fused, _verify_jit
 from nanospec.model import forward
+from nanospec.rounds import _fused, _verify_jit
 from nanospec.sampling import GREEDY, SamplingParams
 
 HOT = SamplingParams.make(1.0)

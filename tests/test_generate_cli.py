@@ -8,13 +8,11 @@ n_ctx = 64), except where a decode-level argument (a memory budget) is needed.
 
 import json
 
-import jax
-import numpy as np
 import pytest
 
 from nanospec.cli import main
+from nanospec.cli.show import extra_numbers
 from nanospec.decode import Bundle, decode, finish_reason
-from nanospec.show import extra_numbers
 from nanospec.trace import read_jsonl, summarize
 
 PROMPT = "The capital of"

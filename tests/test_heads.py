@@ -15,9 +15,9 @@ from nanospec.errors import UserError
 from nanospec.heads.drafters import DRAFTERS
 from nanospec.heads.modules import KINDS, HeadConfig, build, load_head, save_head
 from nanospec.model import GPT, ModelConfig, forward
-from nanospec.training.lm import TrainConfig, train, train_tokenizer
 from nanospec.sampling import SamplingParams
 from nanospec.training.heads import HeadsTrainConfig, corpus_vocabulary, train_heads
+from nanospec.training.lm import TrainConfig, train, train_tokenizer
 
 SMALL_CORPUS = CorpusConfig(n_train_docs=60, n_val_docs=6)
 

@@ -112,8 +112,8 @@ def test_every_drafters_loop_copies_no_cache(tiny_ckpt_dir, method):
     theirs nor the target's is copied; nor in the token-tree loop, which moves the accepted
     path's K/V into place every round."""
     from nanospec.decode import Bundle
-    from nanospec.trees.tree import Tree
     from nanospec.trees.loop import TreeSpeculator
+    from nanospec.trees.tree import Tree
     bundle = Bundle.load(tiny_ckpt_dir, ("target", "draft", "medusa", "eagle", "mtp"))
     cfg, graphdef, params = bundle.models["target"]
     tokens, lengths = pad_prompts([[1, 2, 3, 1, 2]], cfg.n_ctx)

@@ -1,4 +1,5 @@
-"""`nanospec loadtest` (measure/loadgen.py, loadtest.py, loadtest_report.py, launched.py).
+"""`nanospec loadtest` (measure/loadgen.py, loadtest.py, loadtest_report.py, launched.py;
+cli/loadtest.py).
 
 - the statistics by known answers: TTFT, ITL per chunk, TPOT per token, e2e, percentiles;
 - Poisson arrivals: deterministic under a seed, with the mean gap 1/λ (statistical);
@@ -22,6 +23,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from nanospec.cli import loadtest as loadtest_command
 from nanospec.cli import main
 from nanospec.decode import Bundle
 from nanospec.errors import UserError
@@ -64,6 +66,7 @@ def test_percentiles_by_hand():
 
 def test_doctests():
     import doctest
+
     from nanospec.measure import loadtest_report
     assert doctest.testmod(loadgen).failed == doctest.testmod(loadtest_report).failed == 0
 
@@ -106,11 +109,11 @@ def test_every_table_fits_an_80_column_terminal_uncut(monkeypatch):
 
     from rich.console import Console
 
-    from nanospec import teach
     from nanospec.measure import crossover as engine_sweep
     from nanospec.measure import loadtest_report as report
+    from nanospec.measure import tables
     screen = Console(file=io.StringIO(), width=80)
-    monkeypatch.setattr(teach, "console", screen)
+    monkeypatch.setattr(tables, "CONSOLE", screen)
     wide = {"p50": 123.4, "p90": 999.9, "p99": 1234.5, "mean": 200.0}
     server = {"acceptance_rate": 0.81, "mean_acceptance_length": 4.22, "rss_bytes": 2**31,
               "kv_cache_bytes": 2**28, "draft_state_bytes": 2**26}
@@ -184,8 +187,9 @@ def test_the_memory_gauges_are_the_engine_states_bytes(server):
 def test_a_load_test_of_a_running_server(server, tmp_path, monkeypatch, capsys):
     url, _ = server
     writes = []
-    real_write = loadtest.atomic_write
-    monkeypatch.setattr(loadtest, "atomic_write", lambda p, d: (writes.append(p), real_write(p, d)))
+    real_write = loadtest_command.atomic_write
+    monkeypatch.setattr(loadtest_command, "atomic_write",
+                        lambda p, d: (writes.append(p), real_write(p, d)))
     before = loadgen.scrape(url)
     out = tmp_path / "load.json"
     assert main(["loadtest", "--url", url + "/v1", "--concurrency", "1,2", "--rates", "50",

@@ -16,8 +16,12 @@ from nanospec.drafters import DraftModel, PromptLookup
 from nanospec.errors import UserError
 from nanospec.generate import pad_prompts
 from nanospec.heads.modules import KINDS, HeadConfig, build
-from nanospec.measure.positions import (ByPosition, acceptance_by_position, greedy_text,
-                                        text_features)
+from nanospec.measure.positions import (
+    ByPosition,
+    acceptance_by_position,
+    greedy_text,
+    text_features,
+)
 from nanospec.model import GPT
 from nanospec.sampling import GREEDY
 

@@ -547,7 +547,7 @@ def test_nanospec_serve_streams_and_drains_on_sigterm():
     """The real command on the shipped checkpoints, as a process: the same text streamed or
     not, then SIGTERM while a stream is in flight — it ends normally and the process exits 0.
     With --max-model-len: /v1/models says it, and a prompt past it is a 400."""
-    proc, url = serve_process(["-m", "nanospec.cli"], "--speculative-config",
+    proc, url = serve_process(["-m", "nanospec"], "--speculative-config",
                               '{"method": "draft_model", "num_speculative_tokens": 4}',
                               "--slots", "2", "--max-model-len", "200")
     try:
@@ -586,6 +586,7 @@ def test_nanospec_serve_streams_and_drains_on_sigterm():
 
 def test_doctests():
     import doctest
+
     from nanospec.serving import api, launch, text
     assert [doctest.testmod(m).failed for m in (api, launch, text)] == [0, 0, 0]
 

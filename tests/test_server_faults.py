@@ -20,8 +20,16 @@ from nanospec.decode import Bundle
 from nanospec.serving.engine import Request
 from nanospec.serving.launch import build_engine
 from nanospec.serving.server import build_app
-from tests.test_server import (CASES, Gate, alone, eventually, serve_in_thread,
-                               serve_process, text_of, tiny)
+from tests.test_server import (
+    CASES,
+    Gate,
+    alone,
+    eventually,
+    serve_in_thread,
+    serve_process,
+    text_of,
+    tiny,
+)
 
 NO_ADMISSION, NO_TEXT = 4242, 4343  # the seeds of the requests the injected faults pick on
 

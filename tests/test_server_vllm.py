@@ -26,8 +26,7 @@ from nanospec.decode import Bundle
 from nanospec.serving.engine import Request
 from nanospec.serving.launch import api_key_of, build_engine
 from nanospec.serving.server import build_app
-from tests.test_server import (Gate, alone, eventually, serve_in_thread, serve_process,
-                               text_of, tiny)
+from tests.test_server import Gate, alone, eventually, serve_in_thread, serve_process, text_of, tiny
 
 KEY = "sk-nanospec-test"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -138,7 +137,7 @@ def test_the_flag_wins_over_the_environment_and_a_blank_key_is_refused(monkeypat
 def test_nanospec_serve_takes_the_flag_over_the_environment_and_never_prints_the_key(
         monkeypatch):
     monkeypatch.setenv("NANOSPEC_API_KEY", "sk-from-env")
-    proc, url = serve_process(["-m", "nanospec.cli"], "--slots", "1", "--max-model-len", "64",
+    proc, url = serve_process(["-m", "nanospec"], "--slots", "1", "--max-model-len", "64",
                               "--api-key", "sk-from-flag")
     try:
         body = {"model": "nanospec", "prompt": "The capital", "max_tokens": 2}

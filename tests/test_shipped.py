@@ -10,8 +10,8 @@ import pytest
 
 from nanospec.checkpoint import load_models, read_manifest
 from nanospec.decode import Bundle, decode
-from nanospec.measure.evaluate import all_fact_accuracy, capital_accuracy, next_token_accuracy
 from nanospec.fileio import sha256_file
+from nanospec.measure.evaluate import all_fact_accuracy, capital_accuracy, next_token_accuracy
 from tests.conftest import SHIPPED
 
 

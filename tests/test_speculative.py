@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from nanospec.aot import programs_compiled
 from nanospec.drafters import DraftModel
 from nanospec.errors import UserError
 from nanospec.generate import generate, pad_prompts
 from nanospec.model import GPT, ModelConfig
-from nanospec.sampling import GREEDY, SamplingParams
-from nanospec.aot import programs_compiled
 from nanospec.rounds import _fused, _verify_jit, generated
+from nanospec.sampling import GREEDY, SamplingParams
 from nanospec.speculative import Speculator
 
 HOT = SamplingParams.make(0.9, 0, 0.95)

@@ -180,7 +180,7 @@ def test_the_memory_plan_and_the_demo_size_caches_for_ssds_branches(tiny_ckpt_di
     """SSD's rows hold a draft cache per branch, and its round writes 2γ+1 slots: a memory plan
     that forgot the branches would overrun its budget, a demo cache sized for γ+1 would clamp."""
     from nanospec.cache import capacity
-    from nanospec.measure.samples import plan_chunks
+    from nanospec.samples import plan_chunks
     from viz.live import LiveRun
     from viz.settings import Settings
     bundle = Bundle.load(tiny_ckpt_dir, ["target", "draft"])

@@ -10,7 +10,13 @@ import sys
 
 from rich.console import Console
 
-from nanospec.measure.tables import BENCH_COLUMNS, WIDE_CONSOLE, console_for, print_bench, print_eval
+from nanospec.measure.tables import (
+    BENCH_COLUMNS,
+    WIDE_CONSOLE,
+    console_for,
+    print_bench,
+    print_eval,
+)
 
 KINDS = ["capital", "currency", "language", "continent", "demonym", "population", "neighbour", "all"]
 

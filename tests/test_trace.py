@@ -12,11 +12,18 @@ from nanospec.drafters import DraftModel
 from nanospec.errors import UserError
 from nanospec.generate import pad_prompts
 from nanospec.model import GPT, ModelConfig
-from nanospec.sampling import SamplingParams
 from nanospec.rounds import generated
+from nanospec.sampling import SamplingParams
 from nanospec.speculative import Speculator
-from nanospec.trace import (events_from_step, metrics, read_jsonl, run_end, run_start, summarize,
-                            write_jsonl)
+from nanospec.trace import (
+    events_from_step,
+    metrics,
+    read_jsonl,
+    run_end,
+    run_start,
+    summarize,
+    write_jsonl,
+)
 
 
 def test_metrics_doctest():

@@ -14,8 +14,15 @@ from flax import nnx
 
 from nanospec.cache import init_cache, rollback
 from nanospec.model import GPT, ModelConfig, forward
-from nanospec.trees.tree import (Tree, compact_path, gather_path, sibling_outcome, tree_positions,
-                           verify_tree, verify_tree_row)
+from nanospec.trees.tree import (
+    Tree,
+    compact_path,
+    gather_path,
+    sibling_outcome,
+    tree_positions,
+    verify_tree,
+    verify_tree_row,
+)
 from nanospec.verify import verify
 
 ATOL = 2e-5  # float32: tree and causal passes sum in different orders

@@ -10,8 +10,8 @@ from nanospec.drafters import DraftModel, PromptLookup
 from nanospec.errors import UserError
 from nanospec.generate import generate, pad_prompts
 from nanospec.model import forward
-from nanospec.sampling import GREEDY, SamplingParams
 from nanospec.rounds import _fused, generated
+from nanospec.sampling import GREEDY, SamplingParams
 from nanospec.speculative import Speculator
 from nanospec.trees.loop import TreeSpeculator
 from nanospec.trees.tree import Tree

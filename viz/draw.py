@@ -17,7 +17,7 @@ turn almost black there).
 "'  Paris\\\\n'"
 """
 
-from nanospec.show import MARKS
+from nanospec.cli.show import MARKS
 
 EIGHTHS = "▏▎▍▌▋▊▉"
 LEGEND = "? pending  ✓ accepted  ✗ rejected  · discarded  ↻ resampled  ★ bonus"

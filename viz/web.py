@@ -28,11 +28,11 @@ WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # every address of this machine: say its
 def demo_command(args) -> list[str]:
     """The command each browser's demo runs: these same flags, less --web, --host and --port.
 
-    `python -m nanospec.cli` is what the `nanospec` script runs (nanospec.cli:main), started
+    `python -m nanospec` is what the `nanospec` script runs (nanospec.cli:main), started
     through this very interpreter, so it works without the script on PATH or in a virtualenv
     nobody activated. Values go as `--flag=value`, so that a prompt like "-1 + 1 =" stays a value.
     """
-    argv = [sys.executable, "-m", "nanospec.cli", f"--checkpoints={args.checkpoints}", "demo"]
+    argv = [sys.executable, "-m", "nanospec", f"--checkpoints={args.checkpoints}", "demo"]
     argv += [f"{flag}={getattr(args, name)}" for name, flag in LIVE_FLAGS.items()
              if getattr(args, name) is not None]
     if args.race:

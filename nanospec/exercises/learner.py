@@ -89,4 +89,3 @@ def _line_in(e: BaseException, path: Path) -> str:
 def plain(x) -> object:
     """A learner's return value as plain Python (ints, floats, lists), for messages."""
     return np.asarray(x).tolist() if isinstance(x, (np.ndarray, np.generic)) else x
-

@@ -64,7 +64,6 @@ from nanospec.sampling import SamplingParams
 from nanospec.trace import metrics
 from nanospec.trees.grow import grows_trees
 
-
 # A TPOT speedup above TPOT_SLOPE × end to end + TPOT_MARGIN, or a run that spent under
 # MIN_DECODE_SHARE of its time after the first token, is flagged (see latency_flags).
 TPOT_SLOPE, TPOT_MARGIN, MIN_DECODE_SHARE = 1.5, 0.5, 0.10

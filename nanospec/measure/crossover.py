@@ -37,12 +37,13 @@ import time
 import numpy as np
 from rich.console import Console
 
+from nanospec import SHIPPED, compile_cache
 from nanospec.decode import Bundle, make_loop
 from nanospec.fileio import atomic_write
+from nanospec.measure.tables import table
 from nanospec.measure.workloads import workload_prompts
 from nanospec.serving.adaptive import DisableByBatchSize, Goodput, gammas_up_to
 from nanospec.serving.engine import Engine, Request
-from nanospec.teach import SHIPPED, table
 
 STRATEGIES = ("ar", "draft", "adaptive", "disable")
 
@@ -164,6 +165,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--method", default="draft", choices=("draft", "ngram"),
                     help="the drafter of draft, adaptive and disable")
     args = ap.parse_args(argv)
+    compile_cache.enable()  # as the CLI does: a second run loads its programs
     console = Console()
     strategies = args.strategies.split(",")
     bundle = Bundle.load(SHIPPED, ("target", "draft"))

@@ -22,14 +22,20 @@ import numpy as np
 from rich.console import Console
 
 from nanospec.checkpoint import load_models
-from nanospec.corpus import CorpusConfig, build_corpus, capital_prompts, load_countries, people_phrase
+from nanospec.corpus import (
+    CorpusConfig,
+    build_corpus,
+    capital_prompts,
+    load_countries,
+    people_phrase,
+)
 from nanospec.errors import UserError
 from nanospec.fileio import atomic_write
 from nanospec.generate import generate, pad_prompts
+from nanospec.measure.tables import print_eval
 from nanospec.model import forward
 from nanospec.sampling import GREEDY
-from nanospec.measure.tables import print_eval
-from nanospec.training.lm import tokenize_docs
+from nanospec.tokenizer import tokenize_docs
 
 # The models eval can judge: the two language models. The heads draft from the target's
 # features and are no language model on their own; `bench` measures them.

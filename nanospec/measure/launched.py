@@ -48,7 +48,7 @@ class Launched:
         self.url: str | None = None
         self.log: deque[str] = deque(maxlen=40)  # the last lines of its stderr
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nanospec.cli", "--checkpoints", str(checkpoints), "serve",
+            [sys.executable, "-m", "nanospec", "--checkpoints", str(checkpoints), "serve",
              "--host", "127.0.0.1", "--port", "0", "--slots", str(slots),
              "--max-queue", str(max_queue), *flags],
             cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -222,7 +222,7 @@ def server_figures(before: dict, after: dict) -> dict:
     acceptance rate = accepted / draft tokens, mean acceptance length = 1 + accepted / drafts
     (tokens per round: the accepted drafts and the one token the target adds). The rate is
     vLLM's; it counts drafts discarded after a rejection too, so it understates α at large γ
-    (DESIGN.md §6), and /metrics has no rejection count to do better."""
+    (docs/design.md §6), and /metrics has no rejection count to do better."""
     delta = lambda name: after.get(name, 0.0) - before.get(name, 0.0)
     drafts, drafted = delta("vllm:spec_decode_num_drafts_total"), \
         delta("vllm:spec_decode_num_draft_tokens_total")

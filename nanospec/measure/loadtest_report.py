@@ -9,7 +9,7 @@ strategy's summary (measure/loadgen.py) side by side,
 and the two verdicts are read off them:
 
 - the crossover: the first C at which fixed-γ speculation's output tokens/s falls below
-  autoregressive decoding's (DESIGN.md §6: as C grows the verify pass turns compute-bound and
+  autoregressive decoding's (docs/design.md §6: as C grows the verify pass turns compute-bound and
   rejected drafts are work thrown away) — or none in the levels measured;
 - adaptive's promise: at every C, within 5% of the better of AR and fixed γ.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from nanospec.errors import UserError
 from nanospec.fileio import atomic_write
-from nanospec.teach import table
+from nanospec.measure.tables import table
 
 TOLERANCE = 0.05  # adaptive should be within this fraction of the better fixed strategy
 LATENCY = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL (a chunk)", "e2e": "end to end"}

@@ -40,7 +40,6 @@ from nanospec.sampling import GREEDY
 from nanospec.speculative import check_gamma
 from nanospec.trace import metrics
 
-
 # A greedy text may part from another at T = 0 only where the target's top two logits are
 # within this: passes of different widths (one token, γ + 1, a whole text) sum in different
 # orders, ~1e-5 apart in float32, and at such a near-tie either token may win. The statistical
@@ -182,7 +181,7 @@ class ByPosition(NamedTuple):
         return 1 + self.accepted.sum(-1)
 
     def table(self, names, share: str = "accepted") -> tuple[list[str], list[list[str]]]:
-        """(columns, rows) for teach.table: a row per drafter, a column per draft position, of
+        """(columns, rows) for measure.tables.table: a row per drafter, a column per draft position, of
         one share ("accepted", "reached" or "top1"); "accepted" ends with tokens per round."""
         values = getattr(self, share)  # (D, γ)
         total = share == "accepted"

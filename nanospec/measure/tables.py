@@ -22,6 +22,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+CONSOLE = Console()  # where `table` prints unless told (the lessons print there too)
 WIDE_CONSOLE = 250  # columns for a file, a pipe or --wide: more than the widest table needs
 # The same decode step is timed twice, by bench's decode probe and as the autoregressive runs'
 # TPOT; apart by more than this, the machine's speed changed during the run.
@@ -192,3 +193,14 @@ def print_eval(console: Console, results: dict, kinds: list[str], wide: bool | N
     console.print(table if (fits(console, table) if wide is None else wide) else narrow)
     console.print("facts: greedy answer to a probe such as \"The population of Japan is about\"; "
                   "function words / other tokens: teacher-forced top-1 on the validation split.")
+
+
+def table(title: str, columns: list[str], rows: list[list], console: Console | None = None) -> None:
+    """Print a small table: the first column and bars (an empty header) left-aligned, the
+    rest right-aligned, as given (format them first). The lessons' and the scripts' tables."""
+    t = Table(title=title, title_justify="left")
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i == 0 or not c else "right")
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    (console or CONSOLE).print(t)

@@ -11,10 +11,16 @@ from dataclasses import dataclass
 import jax
 from rich.console import Console
 
-from nanospec.model import ModelConfig
-from nanospec.measure.probes import (decode_probe, forward_probe, interleaved_samples,
-                                     paired_latency, paired_median_differences, round_probe)
+from nanospec.measure.probes import (
+    decode_probe,
+    forward_probe,
+    interleaved_samples,
+    paired_latency,
+    paired_median_differences,
+    round_probe,
+)
 from nanospec.measure.workloads import workload_prompts
+from nanospec.model import ModelConfig
 
 PAIRED_REPEATS = 3  # c's pairs are timed this many times as often as everything else
 

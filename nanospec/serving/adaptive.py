@@ -3,7 +3,7 @@ does not pay, more where it does.
 
 Why γ should move at all: a round at γ costs one target pass over γ+1 tokens per slot plus
 γ draft steps, and yields E[tokens] = (1 − α^{γ+1}) / (1 − α) per slot (α: the acceptance
-rate; DESIGN.md §6). When the pass is latency-bound (few slots) the extra tokens are nearly
+rate; docs/design.md §6). When the pass is latency-bound (few slots) the extra tokens are nearly
 free and γ = 4 wins; when it is compute-bound (many slots) a (γ+1)-token pass costs up to
 γ+1 one-token passes and the rejected drafts are work thrown away. So the best γ depends on
 the batch the engine computes and on α, and the answer can be 0.
@@ -91,7 +91,7 @@ class Acceptance:
     the last 1 / (1 − decay) steps):
 
     - α̂, the acceptance rate: accepted / (accepted + rejections). accepted / drafted would
-      understate α: after a rejection the later drafts are thrown away unjudged (DESIGN.md §6).
+      understate α: after a rejection the later drafts are thrown away unjudged (docs/design.md §6).
     - π̂, the share of a slot's rounds that had drafts at all. The draft model always drafts
       (π = 1); prompt lookup drafts all or nothing, nothing where the text has no match, and
       such a round yields one token, not E(α̂, γ). α̂ is measured on the other rounds only, so
@@ -138,8 +138,28 @@ class Acceptance:
         return 1.0 + self.proposing * (expected_tokens(self.alpha, gamma) - 1.0)
 
 
+class Policy:
+    """What the engine asks of a γ policy: the γ it may choose (`gammas`, each one compiled
+    step), and each step's (`choose`). It is told what every step cost (`observe`) and how
+    long the caller took between steps (`between`); a policy that needs neither leaves them.
+    `costs` ({γ: seconds a step}) is set by Engine.probe."""
+
+    gammas: tuple[int, ...] = ()  # the γ it may choose: one compiled step each
+    costs: dict | None = None
+
+    def choose(self, live: int, acceptance: "Acceptance") -> int:
+        """This step's γ, with `live` slots running and the acceptance measured so far."""
+        raise NotImplementedError
+
+    def observe(self, gamma: int, seconds: float) -> None:
+        """A step at γ took `seconds`."""
+
+    def between(self, seconds: float) -> None:
+        """The engine's caller took `seconds` between two steps."""
+
+
 @dataclass
-class Fixed:
+class Fixed(Policy):
     """Always γ."""
 
     gamma: int
@@ -148,15 +168,12 @@ class Fixed:
     def gammas(self) -> tuple[int, ...]:
         return (self.gamma,)
 
-    def observe(self, gamma: int, seconds: float) -> None:
-        pass
-
     def choose(self, live: int, acceptance: Acceptance) -> int:
         return self.gamma
 
 
 @dataclass
-class DisableByBatchSize:
+class DisableByBatchSize(Policy):
     """vLLM's `disable_by_batch_size`: speculate with γ while fewer than `threshold` requests
     run, decode plainly from then on."""
 
@@ -167,15 +184,12 @@ class DisableByBatchSize:
     def gammas(self) -> tuple[int, ...]:
         return (0, self.gamma)
 
-    def observe(self, gamma: int, seconds: float) -> None:
-        pass
-
     def choose(self, live: int, acceptance: Acceptance) -> int:
         return 0 if live >= self.threshold else self.gamma
 
 
 @dataclass
-class Goodput:
+class Goodput(Policy):
     """The γ with the most tokens per second by the cost model: argmax E(α̂, γ) / cost(γ).
 
     `costs[γ]` (seconds per step) comes from `Engine.probe`, then from the steps, and the

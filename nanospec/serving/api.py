@@ -43,9 +43,8 @@ import uuid
 
 from pydantic import BaseModel, ConfigDict
 
-from nanospec.cli_args import INT32_MAX, check_sampling
-from nanospec.errors import UserError
 from nanospec.score import MOST_TOP
+from nanospec.settings import INT32_MAX, SettingError, check_settings
 
 
 class ApiError(Exception):
@@ -198,11 +197,9 @@ def check_body(body: CompletionBody, served: str) -> None:
         raise ApiError(400, "logprobs cannot be streamed here: they are the target's, scored "
                             "once a completion ends; leave stream out to get them.", "logprobs")
     try:
-        check_sampling(*sampling(body))
-    except UserError as e:  # the CLI's sentence, with the API's field name for the flag's
-        field = next(f for f in ("temperature", "top_k", "top_p")
-                     if flag(f) in str(e))
-        raise ApiError(400, str(e).replace(flag(field), field), field) from None
+        check_settings(*sampling(body))
+    except SettingError as e:
+        raise ApiError(400, str(e), e.field) from None
 
 
 def check_prompt_chars(text: str, max_chars: int) -> None:
@@ -236,11 +233,6 @@ def max_new_tokens(body: CompletionBody, prompt_tokens: int, n_ctx: int) -> int:
         raise ApiError(400, f"min_tokens is {body.min_tokens} but max_tokens{given} is {most}; "
                             f"lower min_tokens or raise max_tokens.", "min_tokens")
     return most
-
-
-def flag(field: str) -> str:
-    """The CLI flag that sets an API field: top_k -> --top-k."""
-    return "--" + field.replace("_", "-")
 
 
 def sampling(body: CompletionBody) -> tuple[float, int, float]:

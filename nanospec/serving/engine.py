@@ -45,14 +45,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nanospec.cli_args import check_sampling
-from nanospec.drafters import DraftModel
+from nanospec.drafters import DraftModel, take_rows
 from nanospec.errors import UserError
 from nanospec.generate import bucket, pad_prompts
 from nanospec.sampling import SamplingParams
 from nanospec.serving.adaptive import Acceptance
 from nanospec.serving.mesh import check_slots, place
 from nanospec.serving.steps import put_row, redraft, round_at, step_loops
+from nanospec.settings import check_settings
 
 
 class Request(NamedTuple):
@@ -113,6 +113,7 @@ class Engine:
         self.paused = False  # the last step was a plain one (γ = 0): redraft before drafting
         self._ended = None  # when the last step returned, while requests were running
         self.steps_at: dict = {}  # γ -> steps taken at it
+        self._traced = 0  # step programs traced (so compiled) so far
         self.params, self.dparams, self.n_slots = params, dparams, slots
         self.slots: list[_Slot | None] = []
         spec = self.loop
@@ -121,7 +122,8 @@ class Engine:
         self._insert = jax.jit(put_row, donate_argnums=0)
         # subtle: one jitted closure per γ, not the loop as a static argument — jit would hash
         # the loop (its model graph included) on every call, about 2 ms of host time a step.
-        self._steps = {g: jax.jit(round_at(g, spec_g), donate_argnums=2)
+        width = max(spec_g.depth for spec_g in self.loops.values()) + 1  # most tokens a step adds
+        self._steps = {g: jax.jit(self._emitting(round_at(g, spec_g), width), donate_argnums=2)
                        for g, spec_g in self.loops.items()}
         self._cancel = jax.jit(lambda state, at: state._replace(done=state.done.at[at].set(True)),
                                donate_argnums=0)
@@ -158,7 +160,18 @@ class Engine:
     @property
     def step_programs(self) -> int:
         """Step programs compiled so far: one, whatever requests arrive (tests count them)."""
-        return sum(step._cache_size() for step in self._steps.values())
+        return self._traced
+
+    def _emitting(self, step, width: int):
+        """`step`, returning also each row's `width` tokens from `first` (B,) on — from where
+        its text stood before the step, so the host copies what the step emitted, not the whole
+        (slots, S) token buffer — and counting its traces (jit traces a function once per
+        program it compiles)."""
+        def emitting(p, dp, state, sp, max_new, first):
+            self._traced += 1
+            state, drafted, accepted = step(p, dp, state, sp, max_new)
+            return state, take_rows(state.seq, first, width), drafted, accepted
+        return emitting
 
     @property
     def busy(self) -> bool:
@@ -169,7 +182,7 @@ class Engine:
         bad request is a UserError (one sentence)."""
         if self.free_slots == 0:
             raise UserError(f"All {self.n_slots} slots are busy; wait for one to finish.")
-        check_sampling(request.temperature, request.top_k, request.top_p)
+        check_settings(request.temperature, request.top_k, request.top_p)
         if request.max_new < 1:
             raise UserError(f"max_new must be at least 1, got {request.max_new}.")
         if not 0 <= request.min_new <= request.max_new:
@@ -214,7 +227,8 @@ class Engine:
             self._prefill(self.params, self.dparams, tokens, lengths, jax.random.key(0))
         self.cancel(self.insert(Request([0, 0], 1)))  # copying a request in, and freeing it
         for step in self._steps.values():
-            self.state = step(self.params, self.dparams, self.state, self.sp, self.max_new)[0]
+            self.state = step(self.params, self.dparams, self.state, self.sp, self.max_new,
+                              np.zeros(self.n_slots, np.int32))[0]
         if 0 in self.loops:
             self.state = self._redraft(self.dparams, self.state)
 
@@ -263,7 +277,7 @@ class Engine:
         """One round (or decode step) for every live slot, at `gamma` if given (one of the
         policy's), else at the γ the policy chooses; frees the slots that finished."""
         called = time.perf_counter()
-        if self._ended is not None and hasattr(self.policy, "between"):
+        if self._ended is not None and self.policy is not None:
             self.policy.between(called - self._ended)  # the caller's own work between steps
         gamma = self.choose_gamma() if gamma is None else gamma
         if gamma and self.paused and isinstance(self.loop.drafter, DraftModel):
@@ -273,10 +287,11 @@ class Engine:
         if self.policy is not None:  # subtle: wait for a prefill still running (async dispatch),
             jax.block_until_ready(self.state)  # or the policy would charge it to this step
         start = time.perf_counter()
-        self.state, drafted, accepted = self._steps[gamma](self.params, self.dparams, self.state,
-                                                           self.sp, self.max_new)
-        seq, n_new, done, drafted, accepted = (np.asarray(x) for x in (
-            self.state.seq, self.state.n_new, self.state.done, drafted, accepted))
+        first = np.array([0 if s is None else s.start + s.sent for s in self.slots], np.int32)
+        self.state, emitted, drafted, accepted = self._steps[gamma](
+            self.params, self.dparams, self.state, self.sp, self.max_new, first)
+        emitted, n_new, done, drafted, accepted = (np.asarray(x) for x in (
+            emitted, self.state.n_new, self.state.done, drafted, accepted))
         if self.policy is not None:
             self.policy.observe(gamma, time.perf_counter() - start)
         out = []
@@ -284,7 +299,7 @@ class Engine:
             if slot is None:
                 continue
             n = int(n_new[i])
-            new = seq[i, slot.start + slot.sent:slot.start + n].tolist()
+            new = emitted[i, :n - slot.sent].tolist()
             cut = next((j for j, t in enumerate(new) if t in slot.stops), None)
             if cut is not None:  # the tokens after it in this round are dropped with the row
                 new = new[:cut + 1]

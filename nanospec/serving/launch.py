@@ -170,6 +170,7 @@ def cmd_serve(args) -> int | None:
     """`nanospec serve`: load the models, build and warm the engine, serve until SIGTERM
     (exit 0), or until the engine thread dies (exit 1)."""
     import uvicorn
+
     from nanospec.decode import Bundle, needs
     from nanospec.serving.server import build_app
     spec = speculation(args)

@@ -31,7 +31,8 @@ would then be per host, which this file does not build.
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from nanospec.errors import UserError
 

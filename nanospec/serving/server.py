@@ -44,18 +44,34 @@ import asyncio
 import time
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request as HttpRequest
+from fastapi import FastAPI
+from fastapi import Request as HttpRequest
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 
 from nanospec.errors import UserError
-from nanospec.serving.api import (ApiError, CompletionBody, DetokenizeBody, ErrorBody,
-                                  TokenizeBody, check_token_ids, completion_id)
+from nanospec.serving.api import (
+    ApiError,
+    CompletionBody,
+    DetokenizeBody,
+    ErrorBody,
+    TokenizeBody,
+    check_token_ids,
+    completion_id,
+)
 from nanospec.serving.engine import Engine
-from nanospec.serving.guard import (ERRORS, MAX_BODY_BYTES, ApiKey, BodyLimit, api_error,
-                                    error_response, http_error, invalid_request)
+from nanospec.serving.guard import (
+    ERRORS,
+    MAX_BODY_BYTES,
+    ApiKey,
+    BodyLimit,
+    api_error,
+    error_response,
+    http_error,
+    invalid_request,
+)
 from nanospec.serving.logprobs import target_scorer
 from nanospec.serving.metrics import ServerMetrics
 from nanospec.serving.scheduler import Scheduler
@@ -209,4 +225,3 @@ def build_app(engine: Engine, tokenizer, served_name: str = "nanospec",
     if api_key:  # added last, so outermost: a client without the key is refused unread
         app.add_middleware(ApiKey, key=api_key)
     return app
-

@@ -11,16 +11,27 @@ from functools import cached_property
 
 from fastapi.responses import StreamingResponse
 
-from nanospec.cli_args import INT32_MAX
 from nanospec.errors import UserError
-from nanospec.serving.api import (ApiError, CompletionBody, check_body, check_prompt_chars,
-                                  check_token_ids, choice, completion, max_new_tokens, prompts,
-                                  sampling, stops, usage)
+from nanospec.serving.api import (
+    ApiError,
+    CompletionBody,
+    check_body,
+    check_prompt_chars,
+    check_token_ids,
+    choice,
+    completion,
+    max_new_tokens,
+    prompts,
+    sampling,
+    stops,
+    usage,
+)
 from nanospec.serving.engine import Request
 from nanospec.serving.logprobs import echo_and_logprobs, echo_text
 from nanospec.serving.metrics import ServerMetrics
 from nanospec.serving.scheduler import Delta, Job, Scheduler
 from nanospec.serving.text import TextStream
+from nanospec.settings import INT32_MAX
 
 
 @dataclass

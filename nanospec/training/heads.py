@@ -239,10 +239,10 @@ def acceptance_probe(ckpt_dir: str | Path, method: str, gamma: int = 4, n_prompt
     """Greedy acceptance of one drafter on fresh (never trained on) facts prompts, for MANIFEST."""
     from nanospec.decode import Bundle, needs
     from nanospec.generate import pad_prompts
+    from nanospec.measure.workloads import workload_prompts
     from nanospec.sampling import GREEDY
     from nanospec.speculative import Speculator
     from nanospec.trace import metrics
-    from nanospec.measure.workloads import workload_prompts
 
     bundle = Bundle.load(ckpt_dir, needs(method))
     tcfg, tgraph, tparams = bundle.models["target"]

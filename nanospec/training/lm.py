@@ -29,7 +29,7 @@ from nanospec.corpus import CorpusConfig, build_corpus
 from nanospec.errors import UserError
 from nanospec.fileio import atomic_write
 from nanospec.model import GPT, ModelConfig, count_params, forward
-from nanospec.tokenizer import Tokenizer
+from nanospec.tokenizer import Tokenizer, tokenize_docs
 
 
 @dataclass(frozen=True)
@@ -66,15 +66,6 @@ def model_config(name: str, vocab_size: int) -> ModelConfig:
     if name not in makers:
         raise UserError(f"Unknown model preset {name!r}; choose one of {sorted(makers)}.")
     return makers[name](vocab_size)
-
-
-def tokenize_docs(tok: Tokenizer, docs: list[str]) -> np.ndarray:
-    """Documents -> one long id stream, each document followed by <|endoftext|>."""
-    ids: list[int] = []
-    for doc in docs:
-        ids.extend(tok.encode(doc))
-        ids.append(tok.eos_id)
-    return np.asarray(ids, dtype=np.int32)
 
 
 def get_batch(data: np.ndarray, batch_size: int, seq_len: int, seed: int, step: int):

@@ -34,8 +34,13 @@ import numpy as np
 
 from nanospec.cache import rollback
 from nanospec.drafters import Drafter, DraftModel, tail
-from nanospec.heads.drafters import (EagleDrafter, MedusaDrafter, MTPDrafter, one_token_rows,
-                                     zeros_like_output)
+from nanospec.heads.drafters import (
+    EagleDrafter,
+    MedusaDrafter,
+    MTPDrafter,
+    one_token_rows,
+    zeros_like_output,
+)
 from nanospec.model import forward
 from nanospec.sampling import fold, row_keys, sample, sampling_probs
 from nanospec.trees.tree import Tree, tree_positions

@@ -27,7 +27,7 @@ from nanospec.errors import UserError
 from nanospec.model import forward
 from nanospec.rounds import at, round_keys, top_tokens
 from nanospec.sampling import SamplingParams, sampling_probs
-from nanospec.speculative import Judged, Speculation, SpecState, check_room
+from nanospec.speculative import Judged, SpecState, Speculation, check_room
 from nanospec.trees.grow import Grown, commit_tree, grows_trees, propose_tree
 from nanospec.trees.tree import Tree, compact_path, gather_path, tree_positions, verify_tree
 

@@ -17,8 +17,8 @@ from scipy import stats
 from nanospec.drafters import DraftModel
 from nanospec.generate import pad_prompts
 from nanospec.model import GPT, ModelConfig, forward
-from nanospec.sampling import SamplingParams, sampling_probs
 from nanospec.rounds import generated
+from nanospec.sampling import SamplingParams, sampling_probs
 from nanospec.serving.adaptive import Goodput
 from nanospec.serving.steps import redraft, round_at, step_loops
 from nanospec.speculative import Speculator
@@ -249,4 +249,3 @@ def tiny_drafters(target, depth: int = 3) -> dict:
         drafter = DRAFTERS[kind](graphdef, hc, g)
         out[kind] = (drafter, drafter.prepare(params, p))
     return out
-

@@ -22,8 +22,14 @@ import pytest
 
 from nanospec.sampling import SamplingParams
 from nanospec.serving import adaptive
-from tests.statistical.laws import (PROMPT, chi_square_pvalue, encode, exact_law,
-                                    run_engine_rows, tiny_pair)
+from tests.statistical.laws import (
+    PROMPT,
+    chi_square_pvalue,
+    encode,
+    exact_law,
+    run_engine_rows,
+    tiny_pair,
+)
 
 N = 20_000
 THRESHOLD = 1e-4

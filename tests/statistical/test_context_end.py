@@ -21,8 +21,15 @@ import pytest
 from nanospec.drafters import DraftModel, PromptLookup
 from nanospec.sampling import SamplingParams
 from nanospec.trees.tree import Tree
-from tests.statistical.laws import (N_CTX, V, chi_square_pvalue, encode, exact_law,
-                                    run_speculative, tiny_pair)
+from tests.statistical.laws import (
+    N_CTX,
+    V,
+    chi_square_pvalue,
+    encode,
+    exact_law,
+    run_speculative,
+    tiny_pair,
+)
 
 N = 100_000
 THRESHOLD = 1e-4

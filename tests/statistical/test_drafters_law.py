@@ -25,8 +25,16 @@ import nanospec.speculative
 import nanospec.verify
 from nanospec.cache import rollback
 from nanospec.sampling import SamplingParams, sample_rows
-from tests.statistical.laws import (PROMPT, PROMPT_B, chi_square_pvalue, encode, exact_law,
-                                    run_speculative, tiny_drafters, tiny_lm)
+from tests.statistical.laws import (
+    PROMPT,
+    PROMPT_B,
+    chi_square_pvalue,
+    encode,
+    exact_law,
+    run_speculative,
+    tiny_drafters,
+    tiny_lm,
+)
 
 N = 100_000
 N_POWER = 20_000

@@ -22,11 +22,11 @@ import pytest
 
 from nanospec.decode import EVERYTHING, METHODS, Bundle, make_loop
 from nanospec.generate import generate, pad_prompts
-from nanospec.model import forward
-from nanospec.sampling import GREEDY
-from nanospec.rounds import generated
-from nanospec.ssd_fanout import SSDOptions
 from nanospec.measure.workloads import workload_prompts
+from nanospec.model import forward
+from nanospec.rounds import generated
+from nanospec.sampling import GREEDY
+from nanospec.ssd_fanout import SSDOptions
 from tests.conftest import SHIPPED
 
 NEAR_TIE = 1e-3  # logits; float32 block-vs-single differences are ~1e-5 here

@@ -19,9 +19,18 @@ import pytest
 
 from nanospec.drafters import DraftModel
 from nanospec.sampling import SamplingParams
-from tests.statistical.laws import (PROMPT, PROMPT_B, chi_square_categorical, chi_square_pvalue,
-                                    encode, exact_law, first_round_law, run_first_round,
-                                    run_speculative, tiny_pair)
+from tests.statistical.laws import (
+    PROMPT,
+    PROMPT_B,
+    chi_square_categorical,
+    chi_square_pvalue,
+    encode,
+    exact_law,
+    first_round_law,
+    run_first_round,
+    run_speculative,
+    tiny_pair,
+)
 
 N = 100_000
 THRESHOLD = 1e-4

@@ -38,8 +38,16 @@ from nanospec.ssd import SSDSpeculator
 from nanospec.ssd_fanout import uniform_fanout
 from nanospec.trees.loop import TreeSpeculator
 from nanospec.trees.tree import Tree
-from tests.statistical.laws import (PROMPT, V, chi_square_pvalue, encode, exact_law,
-                                    run_engine_rows, run_speculative, tiny_pair)
+from tests.statistical.laws import (
+    PROMPT,
+    V,
+    chi_square_pvalue,
+    encode,
+    exact_law,
+    run_engine_rows,
+    run_speculative,
+    tiny_pair,
+)
 
 N = 20_000
 THRESHOLD = 1e-4

@@ -24,9 +24,17 @@ import nanospec.verify
 from nanospec.cache import rollback
 from nanospec.drafters import DraftModel
 from nanospec.sampling import SamplingParams, sample_rows
-from tests.statistical.laws import (PROMPT, chi_square_categorical, chi_square_pvalue, encode,
-                                    exact_law, first_round_law, run_first_round, run_speculative,
-                                    tiny_pair)
+from tests.statistical.laws import (
+    PROMPT,
+    chi_square_categorical,
+    chi_square_pvalue,
+    encode,
+    exact_law,
+    first_round_law,
+    run_first_round,
+    run_speculative,
+    tiny_pair,
+)
 
 N = 50_000
 THRESHOLD = 1e-4

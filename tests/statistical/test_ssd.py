@@ -40,8 +40,15 @@ from nanospec.sampling import SamplingParams, sample_rows
 from nanospec.ssd import SSDSpeculator, saguaro
 from nanospec.ssd_fanout import geometric_fanout, uniform_fanout
 from nanospec.verify import verify
-from tests.statistical.laws import (PROMPT, PROMPT_B, chi_square_pvalue, encode, exact_law,
-                                    run_speculative, tiny_pair)
+from tests.statistical.laws import (
+    PROMPT,
+    PROMPT_B,
+    chi_square_pvalue,
+    encode,
+    exact_law,
+    run_speculative,
+    tiny_pair,
+)
 
 N = 50_000
 N_POWER = 10_000

@@ -18,13 +18,21 @@ at seed 3: 6e-161 without the compaction, 0 without the residual between sibling
 
 import pytest
 
-import nanospec.trees.tree
 import nanospec.trees.loop
+import nanospec.trees.tree
 from nanospec.drafters import DraftModel
 from nanospec.sampling import SamplingParams
 from nanospec.trees.tree import Tree
-from tests.statistical.laws import (PROMPT, PROMPT_B, chi_square_pvalue, encode, exact_law,
-                                    run_speculative, tiny_drafters, tiny_pair)
+from tests.statistical.laws import (
+    PROMPT,
+    PROMPT_B,
+    chi_square_pvalue,
+    encode,
+    exact_law,
+    run_speculative,
+    tiny_drafters,
+    tiny_pair,
+)
 
 N = 100_000
 N_POWER = 20_000

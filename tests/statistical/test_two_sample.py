@@ -30,8 +30,8 @@ from scipy import stats
 
 from nanospec.decode import EVERYTHING, METHODS, Bundle, make_loop
 from nanospec.generate import generate
-from nanospec.sampling import SamplingParams
 from nanospec.rounds import generated
+from nanospec.sampling import SamplingParams
 from tests.conftest import SHIPPED
 
 N, M, GAMMA, CHUNK, CTX = 4_000, 2, 2, 2_000, 32

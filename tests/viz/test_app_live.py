@@ -10,8 +10,8 @@ reports bad values in place; a saved live trace replays to the same rounds.
 
 import pytest
 
-from nanospec.decode import Bundle, decode
 from nanospec.aot import programs_compiled
+from nanospec.decode import Bundle, decode
 from nanospec.rounds import _draft_jit, _prefill_jit, _verify_jit
 from tests.viz.pilot import run, screen_text, wait_until, widget_text
 from viz.app import DemoApp

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 VIZ = Path(__file__).resolve().parents[2] / "viz"
 
 

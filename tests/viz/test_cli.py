@@ -76,7 +76,7 @@ def test_missing_checkpoints_are_one_sentence(tmp_path, capsys):
 
 
 def test_without_a_terminal_the_demo_says_how_to_export_instead(trace_path):
-    argv = [sys.executable, "-m", "nanospec.cli", "demo", "--replay", str(trace_path)]
+    argv = [sys.executable, "-m", "nanospec", "demo", "--replay", str(trace_path)]
     result = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     assert result.returncode == 2
     assert result.stderr.strip() == ("nanospec: error: nanospec demo needs an interactive terminal; "

@@ -12,8 +12,20 @@ import pytest
 
 import viz.draw
 import viz.settings
-from viz.playhead import (Phase, Position, Step, at_phase, back, chart, forward, last, next_round,
-                          prev_round, reveal, steps_of)
+from viz.playhead import (
+    Phase,
+    Position,
+    Step,
+    at_phase,
+    back,
+    chart,
+    forward,
+    last,
+    next_round,
+    prev_round,
+    reveal,
+    steps_of,
+)
 from viz.rounds import round_from_events
 
 

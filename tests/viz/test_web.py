@@ -81,7 +81,7 @@ def test_the_demo_plays_in_a_browser_and_the_server_stops_cleanly(tmp_path, tiny
     playwright = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[test]'")
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "nanospec.cli", "--checkpoints", str(tiny_ckpt_dir), "demo",
+        [sys.executable, "-m", "nanospec", "--checkpoints", str(tiny_ckpt_dir), "demo",
          "--web", "--port", str(port), "--max-new-tokens", "8", "--seed", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
     try:
@@ -130,7 +130,7 @@ def test_each_visitor_runs_the_same_flags_through_this_interpreter():
         ["--checkpoints", "ckpt", "demo", "--web", "--port", "9000", "--prompt", "-1 + 1 = 'x'",
          "--temperature", "0.5", "--replay", "t.jsonl", "--round", "2"])
     argv = demo_command(args)
-    assert argv[:3] == [sys.executable, "-m", "nanospec.cli"]
+    assert argv[:3] == [sys.executable, "-m", "nanospec"]
     assert shlex.split(shell_line(argv)) == argv
     again = build_parser().parse_args(argv[3:])
     assert (again.checkpoints, again.replay) == ("ckpt", "t.jsonl")

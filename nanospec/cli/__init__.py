@@ -20,25 +20,25 @@
 Every problem a user can fix (bad path, bad prompt, out-of-range setting) is reported as one
 sentence on stderr with exit code 2 — never a traceback.
 
-This file builds the parser and runs a command; what each command does is in cli_commands.py,
-and reading flag values (with the sampling checks the demo shares) in cli_args.py.
+This file builds the parser and runs a command; what each command does is in cli/commands.py,
+and reading flag values (with the sampling checks the demo shares) in cli/args.py.
 """
 
 import argparse
 import importlib.metadata
 import sys
-from pathlib import Path
 
-from nanospec import compile_cache
+from nanospec import SHIPPED, compile_cache
+
 # check_sampling, int_in and float_arg are imported from here by the visualiser (viz/) and tests.
-from nanospec.cli_args import check_sampling, float_arg, int_in  # noqa: F401
-from nanospec.cli_commands import cmd_bench, cmd_eval, cmd_exercise, cmd_generate, cmd_train
+from nanospec.cli.args import check_sampling, float_arg, int_in  # noqa: F401
+from nanospec.cli.commands import cmd_bench, cmd_eval, cmd_exercise, cmd_generate, cmd_train
 from nanospec.errors import UserError
 
-DEFAULT_CKPT = Path(__file__).resolve().parent.parent / "checkpoints"
+DEFAULT_CKPT = SHIPPED
 
 
-# The methods as the CLI lists them (decode.METHODS is the same list; cli.py avoids importing
+# The methods as the CLI lists them (decode.METHODS is the same list; this file avoids importing
 # JAX just to build the parser).
 METHOD_HELP = {"ar": "autoregressive", "draft": "speculative with the draft model",
                "ngram": "prompt lookup", "medusa": "Medusa heads", "eagle": "EAGLE head",
@@ -221,7 +221,7 @@ def add_loadtest(sub) -> None:
     t.add_argument("--label", default=None, help="with --url: the name in the report")
 
     def run(args):  # the load generator (httpx, rich's progress) is imported only to run it
-        from nanospec.measure.loadtest import cmd_loadtest
+        from nanospec.cli.loadtest import cmd_loadtest
         return cmd_loadtest(args)
     t.set_defaults(func=run)
 

@@ -1,16 +1,14 @@
 """Reading the command line's values: argparse types, list and tree flags, sampling settings.
 
-Shared by the `nanospec` commands (cli.py, cli_commands.py) and the visualiser's `demo`. Each
+Shared by the `nanospec` commands (cli/__init__.py, commands.py) and the visualiser's `demo`. Each
 check raises what the user can act on: argparse's ArgumentTypeError while parsing, UserError
 after, both printed as one sentence with exit code 2.
 """
 
 import argparse
-import math
 
 from nanospec.errors import UserError
-
-INT32_MAX = 2**31 - 1
+from nanospec.settings import INT32_MAX, SettingError, check_settings
 
 
 def int_in(lo: int, hi: int = INT32_MAX):
@@ -35,16 +33,16 @@ def float_arg(s):
 
 
 def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
-    """The one place sampling settings are validated (CLI, demo and benchmarks share it)."""
-    if not temperature >= 0:  # also rejects NaN
-        raise UserError(f"--temperature must be 0 (greedy) or positive, got {temperature}.")
-    if temperature == math.inf:
-        raise UserError(f"--temperature must be a finite number, got {temperature}.")
-    if not 0 <= top_k <= INT32_MAX:  # JAX holds it as an int32
-        raise UserError(f"--top-k must be 0 (off) or a whole number up to {INT32_MAX}, got "
-                        f"{top_k}.")
-    if not 0 < top_p <= 1:
-        raise UserError(f"--top-p must be in (0, 1], got {top_p}.")
+    """sampling.check_settings, its sentence naming the flag (top_k -> --top-k)."""
+    try:
+        check_settings(temperature, top_k, top_p)
+    except SettingError as e:
+        raise UserError(str(e).replace(e.field, flag(e.field), 1)) from None
+
+
+def flag(field: str) -> str:
+    """The flag that sets a setting: top_k -> --top-k."""
+    return "--" + field.replace("_", "-")
 
 
 def int_list(text: str, flag: str, lo: int, hi: int) -> list[int]:

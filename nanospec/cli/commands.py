@@ -1,4 +1,4 @@
-"""What each `nanospec` subcommand does once its arguments are parsed (cli.py builds the parser).
+"""What each `nanospec` subcommand does once its arguments are parsed (cli/__init__.py builds the parser).
 
 Every function here takes argparse's namespace. JAX, the models and the measurement code load
 inside the commands, so building the parser (which every command, `demo` included, does first)
@@ -12,8 +12,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from nanospec.cli_args import (check_sampling, int_list, parse_tree, ssd_options,
-                               tree_from_widths)
+from nanospec.cli.args import check_sampling, int_list, parse_tree, ssd_options, tree_from_widths
 from nanospec.errors import UserError
 
 
@@ -64,7 +63,7 @@ def _print_generated(args, result, n_ctx: int) -> None:
     from rich.console import Console
     console = Console(highlight=False)
     if args.show:
-        from nanospec.show import show_rounds
+        from nanospec.cli.show import show_rounds
         show_rounds(console, result.events)
     else:
         for i, text in enumerate(result.texts):
@@ -93,7 +92,7 @@ def _stopped_at_context(reasons: list[str], max_new: int, n_ctx: int) -> str:
 
 
 class _progress:
-    """A progress bar on stderr while many samples are drawn in chunks (measure/samples.py); nothing
+    """A progress bar on stderr while many samples are drawn in chunks (samples.py); nothing
     for a handful of samples. Used as `with _progress(n) as progress: ... progress(done, n)`."""
 
     def __init__(self, n: int):
@@ -168,9 +167,9 @@ def cmd_eval(args) -> None:
 
 def cmd_bench(args) -> None:
     """`nanospec bench`: time the methods on each workload, print the tables, write --json."""
-    from nanospec.measure.bench import run_bench
     from nanospec.decode import Bundle, needs
     from nanospec.fileio import atomic_write
+    from nanospec.measure.bench import run_bench
     from nanospec.measure.tables import console_for
 
     methods, workloads = _bench_methods(args.methods), _bench_workloads(args.workload)
