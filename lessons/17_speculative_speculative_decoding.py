@@ -8,8 +8,8 @@
 # greedy text against autoregressive decoding, and what the cache costs on one device. (Its
 # law at T > 0, tested, and a broken version caught: lesson 18.)
 #
-# **It explains** `nanospec/ssd.py` (`SSDSpeculator`: `draft` from the cache or a backup,
-# `verify`, `build`), `nanospec/ssd_fanout.py` (uniform and geometric fan-outs) and the trace's
+# **It explains** `nanospec/ssd/loop.py` (`SSDProposer`: drafts from the cache or a backup,
+# and `build`s the next), `nanospec/ssd/fanout.py` (uniform and geometric fan-outs) and the trace's
 # `ssd` events (`nanospec/trace.py`).
 #
 # In ordinary speculation the drafter waits while the target verifies. SSD (Kumar, Dao & May,
@@ -32,9 +32,8 @@ from nanospec.measure.ssd_hits import fit_r
 from nanospec.measure.workloads import workload_prompts
 from nanospec.rounds import generated
 from nanospec.sampling import SamplingParams
-from nanospec.ssd_fanout import SSDOptions, parse_fanout, uniform_fanout
+from nanospec.ssd.fanout import SSDOptions, parse_fanout, uniform_fanout
 from nanospec.teach import bar, claim, console, shipped, table
-from nanospec.trace import events_from_step
 
 bundle = shipped("target", "draft")
 tok = bundle.tok
@@ -66,9 +65,9 @@ def run(sp, seed=0):
     out = []
     for r, rnd in enumerate(ssd.rounds(params, dparams, tokens, lengths, jax.random.key(seed),
                                        sp, NEW)):
-        t, v = rnd.trace, rnd.trace.step.verdict
-        events = [e for e in events_from_step(t, tok, r) if e["row"] == 0] if r < 4 else []
-        arrays = (t.step.live, t.hit, t.step.drafts, v.n_accepted, v.token, t.branch_t)
+        t, v = rnd.trace, rnd.trace.verdict
+        events = [e for e in ssd.events(t, tok, r) if e["row"] == 0] if r < 4 else []
+        arrays = (t.live, t.cached, t.drafts, v.n_accepted, v.token, t.ahead.branch_t)
         out.append(Round(*map(np.asarray, arrays), events))
     return out, rnd.state
 
@@ -187,7 +186,7 @@ claim(share[GAMMA] > 0.5, f"at T = 1 most rounds ended with the bonus ({share[GA
 # — and a round it hits is a round every larger fan-out hits too (on the same rounds, more
 # branches can only add hits). `--fanout geometric:10` splits 10 branches over k as
 # F_k ∝ P(k)^(1/(1+r)), with P(k) from the i.i.d. model of lesson 08 at the acceptance rate,
-# and r, measured on the shipped pair (ssd_fanout.py). (± is two standard errors, rounds
+# and r, measured on the shipped pair (ssd/fanout.py). (± is two standard errors, rounds
 # taken as independent.)
 
 # %%

@@ -10,7 +10,7 @@
 #
 # **It explains** `nanospec/serving/engine.py` (`Engine`: `insert`, `step`, `probe`),
 # `nanospec/serving/adaptive.py` (`expected_tokens`, the policies `Goodput` and
-# `DisableByBatchSize`) and `nanospec/measure/crossover.py` (`engine_for`, `measure`).
+# `DisableByBatchSize`) and `nanospec/load/crossover.py` (`engine_for`, `measure`).
 #
 # Speculative decoding trades compute for sequential steps: a round runs γ draft steps and
 # one target pass over γ+1 tokens, and emits E(α, γ) = (1 − α^{γ+1}) / (1 − α) tokens
@@ -24,7 +24,7 @@
 # %%
 from nanospec.decode import make_loop
 from nanospec.generate import Decoder
-from nanospec.measure.crossover import closed_loop, engine_for, gamma_mix, measure
+from nanospec.load.crossover import closed_loop, engine_for, gamma_mix, measure
 from nanospec.measure.workloads import workload_prompts
 from nanospec.serving.adaptive import Acceptance, Goodput, expected_tokens
 from nanospec.serving.engine import Engine, Request
@@ -306,5 +306,5 @@ console.print(f"on this machine, caches for 80 tokens made a plain step at 16 sl
 # short caches push the same way, here only to about 2 plain steps), the same cost model
 # turns drafting off (chapter 4's last column). Don't guess which case you are in: probe the
 # step costs, track α̂, and let E(α̂, γ) / cost(γ) choose. The full sweep, 1 to 64 slots, is
-# `python -m nanospec.measure.crossover`; its tables are in docs/results.md ("Speculation
+# `python -m nanospec.load.crossover`; its tables are in docs/results.md ("Speculation
 # under load").

@@ -1,5 +1,8 @@
-"""`python -m nanospec …` is the `nanospec` command, for where the venv's scripts folder is not
-on the PATH (Windows: `.venv\\Scripts\\python -m nanospec demo`)."""
+"""`python -m nanospec …`: the `nanospec` command, run through Python.
+
+It is for where the venv's scripts folder is not on the PATH (Windows:
+`.venv\\Scripts\\python -m nanospec demo`).
+"""
 
 import sys
 

@@ -10,40 +10,55 @@ compiles nothing.
     program, seconds = compiled(_step_jit, dict(cfg=cfg, ...), dict(params=params, ...))
     out = program(**dynamic)          # only the traced arguments; donation is kept
 
-What this file deliberately leaves out: a persistent (on-disk) compilation cache.
+The programs kept are bounded (`KEEP`, the least recently used dropped first), and a
+program is found again only for arguments of the same shapes, dtypes *and shardings*: one
+compiled for arrays on one device, or split over a mesh, is never handed arrays placed
+otherwise.
+
+What this file deliberately leaves out: a persistent (on-disk) compilation cache
+(compile_cache.py turns on JAX's own).
 """
 
 import time
+from collections import OrderedDict
 
 import jax
 
-_PROGRAMS: dict = {}  # (function, static args, argument structure and shapes) -> compiled
+KEEP = 256  # compiled programs kept; a run uses a handful, a test session some dozens
+_PROGRAMS: OrderedDict = OrderedDict()  # (function, static args, arguments' layout) -> program
+_COMPILED: dict = {}  # function -> programs compiled for it so far (eviction does not lower it)
 
 
 def _signature(dynamic: dict):
+    """The arguments' tree structure and, per leaf, shape, dtype and sharding (None for a
+    ShapeDtypeStruct without one, or a Python scalar)."""
     leaves, treedef = jax.tree.flatten(dynamic)
-    return treedef, tuple((getattr(x, "shape", ()), str(getattr(x, "dtype", type(x))))
-                          for x in leaves)
+    return treedef, tuple((getattr(x, "shape", ()), str(getattr(x, "dtype", type(x))),
+                           getattr(x, "sharding", None)) for x in leaves)
 
 
 def compiled(jitted, static: dict, dynamic: dict, where: tuple = ()):
     """(program, compile seconds): `jitted` compiled for these static arguments and these
     shapes of the traced ones (which may be arrays or `jax.ShapeDtypeStruct`s); 0 seconds
     when an earlier call already compiled it. `where`: the devices the arrays are on, when a
-    caller places them itself (ssd_devices.py) — a program is compiled for its device."""
+    caller places them itself (ssd/devices.py) — a program is compiled for its device."""
     key = (jitted, tuple(sorted(static.items())), _signature(dynamic), where)
     if key in _PROGRAMS:
+        _PROGRAMS.move_to_end(key)
         return _PROGRAMS[key], 0.0
     t0 = time.perf_counter()
     program = jitted.lower(**static, **dynamic).compile()
     _PROGRAMS[key] = program
+    _COMPILED[jitted] = _COMPILED.get(jitted, 0) + 1
+    while len(_PROGRAMS) > KEEP:
+        _PROGRAMS.popitem(last=False)
     return program, time.perf_counter() - t0
 
 
 def programs_compiled(jitted=None) -> int:
     """How many programs have been compiled so far (of `jitted` only, if given): tests count
     them to prove that a new prompt length within a bucket, or a new temperature, reuses one."""
-    return sum(1 for key in _PROGRAMS if jitted is None or key[0] is jitted)
+    return sum(_COMPILED.values()) if jitted is None else _COMPILED.get(jitted, 0)
 
 
 def clear() -> None:

@@ -71,8 +71,8 @@ def run_if(pred: jax.Array, fn, carry):
     """`fn(carry) if pred else carry`, for a carry that holds a KV cache.
 
     subtle: `lax.cond` would be the obvious choice, but XLA copies a conditional's buffers
-    that a branch updates: the whole cache, twice per call (measured in the compiled loop,
-    12 buffers of 384 KB per copy; 0.35-0.5 ms per round, a fifth of a decode step). A while
+    that a branch updates: the whole cache, twice per call (a fifth of a decode step, measured:
+    docs/results.md, "Why the code is shaped as it is"). A while
     loop that runs zero or one times updates its carry in place, so it costs nothing beyond
     `fn` itself. `fn` must return a carry of the same structure, shapes and dtypes.
     """

@@ -3,7 +3,8 @@
     result = decode(bundle, prompt, method="draft", gamma=4, temperature=0.0, max_new=32)
 
 `Bundle` holds the tokenizer and the loaded models; `make_loop` builds the loop object a method
-runs (rounds.Loop: a Decoder, a Speculator or a TreeSpeculator). `decode` picks its driver:
+runs (rounds.Loop: a Decoder, a Speculator, a TreeSpeculator or an SSDSpeculator), as the
+method table says (methods.py). `decode` picks its driver:
 `run`, fused, when only the output and the counters are wanted, `rounds`, step by step, when
 every round's events are wanted (`with_events=True`, for --trace, --show, the visualiser). Both produce the
 same tokens for the same seed, so asking for events never changes the text.
@@ -21,30 +22,19 @@ import jax.numpy as jnp
 
 from nanospec.cache import capacity
 from nanospec.checkpoint import load_models
-from nanospec.drafters import DraftModel, PromptLookup
 from nanospec.errors import UserError
-from nanospec.generate import Decoder, bucket, pad_prompts
+from nanospec.generate import bucket, pad_prompts
 from nanospec.heads.modules import KINDS
+from nanospec.methods import METHODS, Options, build, method_of, needs, resolve  # noqa: F401
 from nanospec.rounds import generated
 from nanospec.samples import MEMORY_BUDGET, plan_chunks, run_chunks
 from nanospec.sampling import SamplingParams
-from nanospec.speculative import Speculator
-from nanospec.ssd import SSDSpeculator
-from nanospec.ssd_fanout import SSDOptions, parse_fanout
-from nanospec.trace import compile_event, events_from_step, metrics, run_end, run_start
-from nanospec.trees.loop import TreeSpeculator
-from nanospec.trees.trace import events_from_tree_step
+from nanospec.ssd.fanout import SSDOptions
+from nanospec.trace import compile_event, metrics, run_end, run_start
 from nanospec.trees.tree import Tree
 
-METHODS = ("ar", "draft", "ngram", "medusa", "eagle", "mtp", "ssd")
 HEADS = KINDS  # drafters that sit on the target (heads/modules.py)
 EVERYTHING = ("target", "draft") + HEADS  # every shipped model and head
-
-
-def needs(method: str) -> list[str]:
-    """The checkpoint files a method loads besides the tokenizer."""
-    return ["target"] + (["draft"] if method in ("draft", "ssd") else
-                         [method] if method in HEADS else [])
 
 
 @dataclass
@@ -64,19 +54,12 @@ class Bundle:
 
     def drafter(self, method: str):
         """(drafter, its params) for a speculative method."""
-        from nanospec.heads.drafters import DRAFTERS
-        tcfg, tgraph, tparams = self.models["target"]
-        if method in ("draft", "ssd"):  # SSD's primary drafter is the draft model
-            cfg, graphdef, params = self.models["draft"]
-            drafter = DraftModel(graphdef, cfg)
-        elif method == "ngram":
-            drafter, params = PromptLookup(tcfg.vocab_size), ()
-        elif method in HEADS:
-            hc, graphdef, params = self.models[method]
-            drafter = DRAFTERS[method](graphdef, hc, tgraph)
-        else:
-            raise UserError(f"Unknown method {method!r}; choose one of {', '.join(METHODS)}.")
-        return drafter, drafter.prepare(params, tparams)
+        m = method_of(method)
+        if m.drafter is None:
+            raise UserError(f"{method} drafts nothing; choose one of "
+                            f"{', '.join(n for n in METHODS if METHODS[n].drafter)}.")
+        drafter, params = resolve(m.drafter).load(self.models, method)
+        return drafter, drafter.prepare(params, self.models["target"][2])
 
 
 @dataclass
@@ -99,29 +82,13 @@ def finish_reason(tokens: list[int], eos_id: int, max_new: int) -> str:
 def make_loop(bundle: Bundle, method: str, gamma: int = 4, tree: Tree | None = None,
               top: bool = True, capacity: int | None = None, shared: bool = False,
               ssd: SSDOptions = SSDOptions(), temperature: float = 1.0):
-    """(the loop that runs `method`, its drafter's params): a generate.Decoder for "ar", a
-    trees.loop.TreeSpeculator with `tree`, an ssd.SSDSpeculator for "ssd" (set by `ssd`; a
-    geometric fan-out reads `temperature`), else a speculative.Speculator drafting γ."""
-    if method not in METHODS:
-        raise UserError(f"Unknown method {method!r}; choose one of {', '.join(METHODS)}.")
+    """(the loop that runs `method`, its drafter's params), as the method table builds it
+    (methods.py): γ drafts a round, or `tree` (`top`: top-k siblings, else sampled); `ssd`
+    sets SSD (a geometric fan-out reads `temperature`)."""
     cfg, graphdef, _ = bundle.models["target"]
     fixed = dict(graphdef=graphdef, cfg=cfg, eos_id=bundle.tok.eos_id, capacity=capacity,
                  shared=shared)
-    if method == "ar":
-        if tree is not None:
-            raise UserError("A token tree is drafted; choose a drafting method with --tree, "
-                            "not ar.")
-        return Decoder(**fixed), ()
-    drafter, dparams = bundle.drafter(method)
-    if method == "ssd":
-        if tree is not None:
-            raise UserError("SSD pre-drafts chains for the outcomes it guesses; drop --tree.")
-        fanout = parse_fanout(ssd.fanout, gamma, temperature)
-        return SSDSpeculator(drafter=drafter, gamma=gamma, fanout=fanout, saguaro_c=ssd.saguaro_c,
-                             backup=ssd.backup, **fixed), dparams
-    if tree is not None:
-        return TreeSpeculator(drafter=drafter, tree=tree, top=top, **fixed), dparams
-    return Speculator(drafter=drafter, gamma=gamma, **fixed), dparams
+    return build(method, bundle.models, fixed, Options(gamma, tree, top, ssd, temperature))
 
 
 def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
@@ -143,32 +110,28 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
     loop.check([len(prompt_ids)], max_new)
     cap = capacity(cfg.n_ctx, bucket(len(prompt_ids), cfg.n_ctx), max_new, loop.block)
     loop = replace(loop, capacity=cap)
-    branches = len(loop.branch_k) if isinstance(loop, SSDSpeculator) else 0
-    plan = plan_chunks(bundle, method, num_samples, loop.block, cap, memory_budget, with_events,
-                       branches)
+    plan = plan_chunks(loop.kv_models(), num_samples, loop.block, cap, memory_budget,
+                       with_events)
     tokens, lengths = pad_prompts([prompt_ids] * plan.rows, cfg.n_ctx)
     dyn = dict(params=bundle.models["target"][2], dparams=dparams, tokens=tokens,
                lengths=lengths, key=jax.random.key(seed),
                sp=SamplingParams.make(temperature, top_k, top_p))
-    stats = describe(loop, method, len(prompt_ids), temperature, top_k, top_p, seed)
+    stats = {"method": method, "prompt_tokens": len(prompt_ids), "temperature": temperature,
+             "top_k": top_k, "top_p": top_p, "seed": seed, **loop.settings()}
     events: list[dict] = []
     if with_events:
         events.append(run_start(tok, prompt, prompt_ids, method, loop.depth, temperature, top_k,
                                 top_p, seed, target=cfg.name, drafter=drafter_name(loop),
                                 batch=num_samples))
-        if tree is not None:
-            events[0].update(tree=list(tree.parents), siblings="top" if top else "sample")
-        if method == "ssd":
-            events[0].update(fanout=list(loop.fanout), saguaro_c=loop.saguaro_c,
-                             backup=loop.backup)
+        events[0].update(loop.settings())
         outs, counters, compile_s, run_s = traced(loop, tok, dyn, max_new, events)
     else:
         program, compile_s = loop.program(**dyn)
         outs, counters, run_s = run_chunks(program, {**dyn, "max_new": jnp.int32(max_new)}, plan,
                                            num_samples, progress)
-    if method != "ar":
+    if loop.drafter is not None:
         stats.update(metrics(*counters[:3]))
-    if method == "ssd":  # each row's first round has no cache yet: the rest could hit
+    if loop.predrafts:  # each row's first round has no cache yet: the rest could hit
         stats["cache_hit_rate"] = round(counters[3] / max(sum(counters[0]) - len(outs), 1), 4)
     reasons = [finish_reason(o, loop.eos_id, max_new) for o in outs]
     n_new = sum(len(o) for o in outs)
@@ -182,37 +145,18 @@ def decode(bundle: Bundle, prompt: str, method: str = "ar", gamma: int = 4,
 
 
 def drafter_name(loop) -> str:
-    return "none" if isinstance(loop, Decoder) else loop.drafter.name
-
-
-def describe(loop, method: str, prompt_tokens: int, temperature, top_k, top_p, seed) -> dict:
-    """The run's settings, as the stats dict starts."""
-    stats: dict = {"method": method, "prompt_tokens": prompt_tokens, "temperature": temperature,
-                   "top_k": top_k, "top_p": top_p, "seed": seed}
-    if isinstance(loop, TreeSpeculator):
-        stats.update({"tree": list(loop.tree.parents), "tree_nodes": loop.tree.size,
-                      "siblings": "top" if loop.top else "sample"})
-    elif isinstance(loop, Speculator):
-        stats["gamma"] = loop.gamma
-    if isinstance(loop, SSDSpeculator):
-        stats.update({"fanout": list(loop.fanout), "saguaro_c": loop.saguaro_c,
-                      "backup": loop.backup})
-    return stats
+    return "none" if loop.drafter is None else loop.drafter.name
 
 
 def traced(loop, tok, dyn: dict, max_new: int, events: list[dict]):
     """Run `loop` step by step, appending every round's events (after the compile event).
     Returns (generated ids per row, counters for trace.metrics and the rounds drafted from
     SSD's cache, compile s, run s)."""
-    if isinstance(loop, TreeSpeculator):
-        to_events = lambda rnd, r: events_from_tree_step(rnd.trace, tok, r, loop.tree, rnd.seconds)
-    else:
-        to_events = lambda rnd, r: events_from_step(rnd.trace, tok, r, rnd.seconds)
     programs, compile_s = loop.compile(**dyn)
     events.append(compile_event(compile_s))
     t0 = time.perf_counter()
     for r, rnd in enumerate(loop.rounds(**dyn, max_new=max_new, programs=programs)):
-        events.extend(to_events(rnd, r))
+        events.extend(loop.events(rnd.trace, tok, r, rnd.seconds))
     run_s = time.perf_counter() - t0
     events.append(run_end(events))
     counters = (*rnd.stats.counters(rnd.state), rnd.stats.cached_rounds())

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from nanospec.cache import KVCache, init_cache, rollback
 from nanospec.model import ModelConfig, forward
-from nanospec.sampling import SamplingParams, sample_rows, sampling_probs, split
+from nanospec.sampling import SamplingParams, sample_rows, sampling_probs, split_keys
 
 
 class Drafter:
@@ -39,6 +39,17 @@ class Drafter:
     name: str = "drafter"
     max_gamma: int | None = None  # the most drafts one round can hold (heads: one per head)
     varies_length: bool = False  # True if `draft_length` may propose fewer than γ
+    reads_features: bool = False  # drafts from the target's `hidden` (the heads): True
+
+    @classmethod
+    def load(cls, models: dict, name: str) -> tuple["Drafter", Any]:
+        """(the drafter, its own params) from the loaded checkpoints, {name: (cfg, graphdef,
+        params)} (decode.Bundle), for the method called `name` (methods.py)."""
+        raise NotImplementedError
+
+    def kv_models(self) -> tuple:
+        """The configs of the models whose KV cache it keeps per row (samples.plan_chunks)."""
+        return ()
 
     def prepare(self, params, target_params) -> Any:
         """This drafter's dparams, made once at load from its own and the target's parameters."""
@@ -103,6 +114,14 @@ class DraftModel(Drafter):
     cfg: ModelConfig
     name: str = "draft"
 
+    @classmethod
+    def load(cls, models, name):
+        cfg, graphdef, params = models["draft"]
+        return cls(graphdef, cfg), params
+
+    def kv_models(self) -> tuple:
+        return (self.cfg,)
+
     def init(self, dparams, tokens, lengths, hidden=None, capacity=None) -> KVCache:
         c = self.cfg
         B, Lb = tokens.shape
@@ -113,7 +132,7 @@ class DraftModel(Drafter):
 
     def propose(self, dparams, cache, seq, length, key, sp, gamma, tilt=None):
         """`tilt(q, i)`, if given, turns the model's law at draft i into the law that draft is
-        drawn from — and reported as q (SSD's Saguaro sampling, ssd.py)."""
+        drawn from — and reported as q (SSD's Saguaro sampling, ssd/loop.py)."""
         law = (lambda q, i: q) if tilt is None else tilt
         start = tail(length)  # (B,) the second-last token's position, 0 for a one-token prompt
         last_two = take_rows(seq, start, 2)  # (B, 2)
@@ -121,7 +140,7 @@ class DraftModel(Drafter):
         logits, _, cache = forward(self.graphdef, dparams, last_two, positions,
                                    rollback(cache, start))
         cache = rollback(cache, length)  # a one-token prompt's padding slot is forgotten
-        keys = split(key, gamma)
+        keys = split_keys(key, gamma)
         last = jnp.where((length == 1)[:, None], logits[:, 0], logits[:, 1])  # (B, V)
         q1 = law(sampling_probs(last, sp), 0)  # (B, V): after the last committed token
         x1 = sample_rows(keys[0], q1)  # (B,)
@@ -157,10 +176,10 @@ def lookup(seq: jax.Array, length: jax.Array, gamma: int, max_ngram: int, min_ng
 
     Why the earliest occurrence (as Saxena's original and Hugging Face's do): text that is
     said again tends to start again from the top — "Let me say them all back. The capital of"
-    continues like the *first* "The capital of", not the latest. Measured on the benchmark's
-    greedy outputs (tokens per round at γ = 4 / 8): repetitive 2.94 / 3.55 with the latest
-    occurrence and 3 tokens of context, 3.09 / 3.92 with the earliest and 5; code loses a
-    little (1.54 / 1.60 -> 1.45 / 1.52), facts nothing.
+    continues like the *first* "The capital of", not the latest. On the benchmark's greedy
+    outputs the earliest occurrence and 5 tokens of context draft more of the repetitive text
+    than the latest and 3, and a little less code (docs/results.md, "Why the code is shaped as
+    it is").
     """
     S = seq.shape[0]
     ends = jnp.arange(S)  # candidate end index j of an earlier occurrence
@@ -190,8 +209,8 @@ class PromptLookup(Drafter):
     When nothing matches (the last token never occurred before), there is nothing worth
     copying: with `skip_unmatched` it proposes no drafts and the round is a plain one-token
     decode step, as serving engines do (vLLM's n-gram proposer returns no proposal). The
-    rounds that would verify γ + 1 hopeless tokens (1.3-1.7 target steps each here) cost one
-    step instead (README, "Every way to draft").
+    rounds that would verify γ + 1 hopeless tokens (each more than a target step) cost one
+    step instead (docs/results.md, "Every way to draft, on three workloads").
     """
 
     vocab_size: int
@@ -199,6 +218,10 @@ class PromptLookup(Drafter):
     min_ngram: int = 1  # ... down to the last one
     skip_unmatched: bool = True  # no match -> no drafts (a decode step), rather than γ guesses
     name: str = "ngram"
+
+    @classmethod
+    def load(cls, models, name):
+        return cls(models["target"][0].vocab_size), ()
 
     def init(self, dparams, tokens, lengths, hidden=None, capacity=None):
         return ()  # stateless: the committed tokens are the whole index

@@ -1,7 +1,7 @@
 """Autoregressive generation: prefill, then one cached decode step at a time — inside jit.
 
 The baseline every speculative method must match in law and beat in time. `Decoder` is a loop
-(rounds.Loop) whose rounds draft nothing: `verify` is one decode step that samples a token
+(rounds.Loop) whose rounds draft nothing: `settle` is one decode step that samples a token
 from the target's p and computes the next p. So it has the same two drivers as speculation:
 
 - `run`:    a fused `lax.while_loop` over decode steps — fast; benchmarks and tests use it;
@@ -32,8 +32,9 @@ import numpy as np
 from nanospec.cache import KVCache, rollback, run_if
 from nanospec.errors import UserError
 from nanospec.model import ModelConfig, forward
-from nanospec.rounds import TOP, Loop, StepTrace, at, generated, prefill_target
-from nanospec.sampling import SamplingParams, fold, sample_rows, sampling_probs
+from nanospec.rounds import TOP, Loop, StepTrace, generated, prefill_target, prob_of
+from nanospec.sampling import SamplingParams, fold_keys, sample_rows, sampling_probs
+from nanospec.trace import events_from_step
 from nanospec.verify import Verdict
 
 
@@ -79,14 +80,14 @@ def as_round(live, length, token, probs) -> StepTrace:
     B = token.shape[0]
     none = lambda dtype, *shape: jnp.zeros((B, 0) + shape, dtype)
     top_p, top_ids = jax.lax.top_k(probs, TOP)  # (B, TOP)
-    p_tok = at(probs, token)
+    p_tok = prob_of(probs, token)
     verdict = Verdict(jnp.zeros(B, jnp.int32), none(bool), token, jnp.ones(B, bool),
                       none(jnp.float32), none(jnp.float32), none(jnp.float32), probs)
     return StepTrace(live, length, none(jnp.int32), jnp.zeros(B, jnp.int32), verdict,
                      live.astype(jnp.int32), token[:, None],
                      (none(jnp.int32, TOP), none(jnp.float32, TOP)),
                      (top_ids[:, None], top_p[:, None]), (top_ids, top_p), p_tok, p_tok,
-                     jnp.zeros(B, jnp.float32))
+                     jnp.zeros(B, jnp.float32), jnp.zeros(B, bool))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +101,14 @@ class Decoder(Loop):
     shared: bool = False  # every row holds the same prompt: prefill it once
     depth = 0  # no drafts: every round emits exactly one token ...
     block = 1  # ... from a pass over one token
+    drafter = None
+    predrafts = False
+
+    def settings(self) -> dict:
+        return {}
+
+    def kv_models(self) -> tuple:
+        return (self.cfg,)
 
     def check(self, lengths, max_new: int) -> None:
         if max_new < 1:
@@ -117,12 +126,12 @@ class Decoder(Loop):
     def draft(self, dparams, state: DecodeState, sp: SamplingParams):
         return (), state  # nothing to draft
 
-    def verify(self, params, dparams, state: DecodeState, drafted, sp: SamplingParams, max_new):
+    def settle(self, params, dparams, state: DecodeState, drafted, sp: SamplingParams, max_new):
         """One decode step: sample a token from p for every unfinished row, append it, and
         compute the next p. Returns (state, the step as a round with no drafts)."""
         B = state.seq.shape[0]
         probs = sampling_probs(state.logits, sp, state.n_new)  # (B, V)
-        token = sample_rows(fold(state.key, state.step), probs)  # (B,)
+        token = sample_rows(fold_keys(state.key, state.step), probs)  # (B,)
         live = ~state.done
         length = state.cache.length
         rows = jnp.arange(B)
@@ -141,9 +150,9 @@ class Decoder(Loop):
         new_state = DecodeState(seq, cache, logits, n_new, done, state.step + 1, state.key)
         return new_state, as_round(live, length, token, probs)
 
-    @staticmethod
-    def counts(trace: StepTrace):
-        return trace.live, trace.n_draft, trace.verdict.n_accepted, trace.verdict.is_bonus
+    def events(self, trace: StepTrace, tok, round_idx: int, seconds=None) -> list[dict]:
+        """One step's trace -> its events (trace.py): a round with no drafts."""
+        return events_from_step(trace, tok, round_idx, seconds)
 
 
 def generate(graphdef, params, cfg: ModelConfig, tokens, lengths, key, sp: SamplingParams,

@@ -50,7 +50,17 @@ def _laws(graphdef, params, tokens, sp):
     return sampling_probs(logits[0], sp), hidden
 
 
-def rows(x: jax.Array, start: int, n: int, axis: int = 0) -> jax.Array:
+# The drafter's steps and the rule, each jitted once here with the drafter (a frozen dataclass)
+# as a static argument: every call reuses the program compiled for its drafter and shapes.
+_propose = jax.jit(lambda d, *args, gamma: d.propose(*args, gamma), static_argnums=0,
+                   static_argnames="gamma")
+_how_many = jax.jit(lambda d, *args, gamma: d.draft_length(*args, gamma), static_argnums=0,
+                    static_argnames="gamma")
+_commit = jax.jit(lambda d, *args: d.commit(*args), static_argnums=0)
+_judge = jax.jit(verify_row)
+
+
+def window(x: jax.Array, start: int, n: int, axis: int = 0) -> jax.Array:
     """x[start : start + n] along `axis`, indices past the end clipped to the last row (such
     rows stand for drafts past the context's end, which the verify rule never reads)."""
     return jnp.take(x, jnp.arange(start, start + n), axis=axis, mode="clip")
@@ -69,9 +79,6 @@ def speculative_sampling(target, drafter: Drafter, dparams, prompt: list[int], g
     width = full_capacity(cfg, gamma + 1)
     dstate = drafter.init(dparams, jnp.asarray([seq]), jnp.asarray([len(seq)]),
                           hidden[:, :len(seq)], capacity=width)
-    propose = jax.jit(drafter.propose, static_argnames="gamma")  # each compiled once
-    how_many = jax.jit(drafter.draft_length, static_argnames="gamma")
-    commit, judge = jax.jit(drafter.commit), jax.jit(verify_row)
     for step in range(max_new):  # each round emits at least one token
         n_new, L = len(seq) - len(prompt), len(seq)
         if n_new >= max_new or (n_new and seq[-1] == eos_id) or L >= cfg.n_ctx:
@@ -80,19 +87,20 @@ def speculative_sampling(target, drafter: Drafter, dparams, prompt: list[int], g
         committed, length = jnp.asarray([seq + [0] * (width - L)]), jnp.asarray([L])
 
         # 1. Draft: γ guesses x₁..x_γ and the laws q₁..q_γ they were drawn from.
-        drafts, q, dstate = propose(dparams, dstate, committed, length, draft_key, sp, gamma=gamma)
+        drafts, q, dstate = _propose(drafter, dparams, dstate, committed, length, draft_key, sp,
+                                     gamma=gamma)
         drafts, q = drafts[0], q[0]  # (γ,), (γ, V)
         # The drafter may propose fewer (prompt lookup, when nothing matches); none may run
         # past the context's end.
-        n_draft = min(int(how_many(committed, length, gamma=gamma)[0]), cfg.n_ctx - 1 - L)
+        n_draft = min(int(_how_many(drafter, committed, length, gamma=gamma)[0]), cfg.n_ctx - 1 - L)
 
         # 2. Score: ONE target pass over the sequence and all γ drafts gives p₁..p_{γ+1}.
         p, hidden = target_laws(target, seq + drafts.tolist(), sp)
-        p = rows(p, L - 1, gamma + 1)  # (γ+1, V): p[i] is the law after x_i (p[0]: after seq)
+        p = window(p, L - 1, gamma + 1)  # (γ+1, V): p[i] is the law after x_i (p[0]: after seq)
 
         # 3. Accept / reject / resample / bonus: the verify rule, exactly as the fast loop
         #    calls it (row 0's key: verify.verify keys row b with fold_in(key, b)).
-        v = judge(jax.random.fold_in(verify_key, 0), drafts, q, p, n_draft)
+        v = _judge(jax.random.fold_in(verify_key, 0), drafts, q, p, n_draft)
         n = int(v.n_accepted)
 
         # 4. Commit x₁..x_n and the extra token y; the rejected drafts simply are not kept.
@@ -103,6 +111,6 @@ def speculative_sampling(target, drafter: Drafter, dparams, prompt: list[int], g
         emitted = jnp.asarray([new + [0] * (gamma + 1 - len(new))])
         seq += new
         # The drafter sees what the target saw: its features over [last, x₁..x_γ].
-        dstate = commit(dparams, dstate, rows(hidden, L - 1, gamma + 1, axis=1), emitted,
-                        jnp.asarray([L - 1]), jnp.asarray([len(seq)]))
+        dstate = _commit(drafter, dparams, dstate, window(hidden, L - 1, gamma + 1, axis=1),
+                         emitted, jnp.asarray([L - 1]), jnp.asarray([len(seq)]))
     return seq[len(prompt):]

@@ -5,9 +5,11 @@ frozen fields, so the whole object is one static argument of `jax.jit`. It runs 
 
     state = loop.prefill(params, dparams, tokens, lengths, key)
     drafted, state = loop.draft(dparams, state, sp)                        # the drafter alone
-    state, trace = loop.verify(params, dparams, state, drafted, sp, max_new)  # ONE target pass
+    state, trace = loop.settle(params, dparams, state, drafted, sp, max_new)  # ONE target pass
 
-`Loop` turns those three into the two drivers every caller uses (as in the gemma sampler):
+`settle` is the round after its drafts: the verify rule on one target pass (verify.py is the
+rule; nothing else in the code is called verify), the commit, and any hooks. `Loop` turns those
+three into the two drivers every caller uses (as in the gemma sampler):
 
 - `run`:    every round fused into one jitted `lax.while_loop` (speed, large-N statistics);
 - `rounds`: each round as its own compiled call, timed, yielding a `Round` (the UI, lessons,
@@ -15,7 +17,7 @@ frozen fields, so the whole object is one static argument of `jax.jit`. It runs 
 
 Round statistics (`RoundStats`: how many drafts each round accepted) sit *beside* the
 algorithm's state: they are read off each round's trace and never steer the algorithm.
-The key schedule has a name, `round_keys`: round r drafts with one key and verifies with
+The key schedule has a name, `round_keys`: round r drafts with one key and settles with
 another, both derived from (key, r) alone, so any driver replays any other.
 """
 
@@ -29,7 +31,7 @@ import numpy as np
 from nanospec.aot import compiled
 from nanospec.cache import init_cache
 from nanospec.model import ModelConfig, forward
-from nanospec.sampling import fold
+from nanospec.sampling import fold_keys
 from nanospec.verify import Verdict
 
 TOP = 5  # how many of the most likely tokens a trace keeps per position (for display)
@@ -38,8 +40,8 @@ TOP = 5  # how many of the most likely tokens a trace keeps per position (for di
 def round_keys(key: jax.Array, step: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The key schedule: round `step` drafts with fold_in(k, 0) and verifies with fold_in(k, 1),
     where k = fold_in(key, step)."""
-    k = fold(key, step)
-    return fold(k, 0), fold(k, 1)
+    k = fold_keys(key, step)
+    return fold_keys(k, 0), fold_keys(k, 1)
 
 
 def top_tokens(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -48,7 +50,7 @@ def top_tokens(probs: jax.Array) -> tuple[jax.Array, jax.Array]:
     return ids, probs
 
 
-def at(probs: jax.Array, token: jax.Array) -> jax.Array:
+def prob_of(probs: jax.Array, token: jax.Array) -> jax.Array:
     """probs[b, token[b]] for every row: (B, V), (B,) -> (B,)."""
     return jnp.take_along_axis(probs, token[:, None], axis=1)[:, 0]
 
@@ -93,6 +95,13 @@ class StepTrace(NamedTuple):
     token_prob: jax.Array  # (B,) probability of the residual/bonus token under that law
     token_p: jax.Array  # (B,) its probability under the target's p at that position
     token_q: jax.Array  # (B,) ... and under the draft's q there (0 for a bonus token)
+    cached: jax.Array  # (B,) bool: a live row whose drafts were ready before the round (SSD)
+    ahead: Any = None  # what a post-round hook prepared for the next round (ssd.Ahead)
+
+    def counts(self):
+        """(live, drafts proposed, accepted, all accepted, drafts cached) for RoundStats.add."""
+        v = self.verdict
+        return self.live, self.n_draft, v.n_accepted, v.is_bonus, self.cached
 
 
 class RoundStats(NamedTuple):
@@ -101,7 +110,7 @@ class RoundStats(NamedTuple):
     hist: jax.Array  # (B, depth+1) int32: rounds that accepted 0, 1, ..., depth drafts
     drafted: jax.Array  # (B,) int32: drafts proposed
     rejected: jax.Array  # (B,) int32: rounds that ended in a rejection (not a bonus token)
-    cached: jax.Array  # (B,) int32: rounds whose drafts were ready in SSD's cache (ssd.py)
+    cached: jax.Array  # (B,) int32: rounds whose drafts were ready in SSD's cache (ssd/)
 
     @classmethod
     def zeros(cls, batch: int, depth: int) -> "RoundStats":
@@ -135,7 +144,7 @@ class Round(NamedTuple):
     trace: Any  # the round's trace (StepTrace or trees.loop.TreeTrace), device arrays
     state: Any  # the loop's state after the round
     stats: RoundStats  # counters so far
-    seconds: dict  # {"draft_s": ..., "verify_s": ...}
+    seconds: dict  # {"draft_s": ..., "verify_s": ...}: the draft program, the settle program
 
 
 class Programs(NamedTuple):
@@ -143,7 +152,7 @@ class Programs(NamedTuple):
 
     prefill: Any
     draft: Any
-    verify: Any
+    settle: Any
 
 
 def _loop(spec, params, dparams, tokens, lengths, key, sp, max_new):
@@ -157,8 +166,8 @@ def _loop(spec, params, dparams, tokens, lengths, key, sp, max_new):
     def one_round(carry):
         state, stats = carry
         drafted, state = spec.draft(dparams, state, sp)
-        state, trace = spec.verify(params, dparams, state, drafted, sp, max_new)
-        return state, stats.add(*spec.counts(trace))
+        state, trace = spec.settle(params, dparams, state, drafted, sp, max_new)
+        return state, stats.add(*trace.counts())
 
     stats = RoundStats.zeros(tokens.shape[0], spec.depth)
     return jax.lax.while_loop(lambda c: ~jnp.all(c[0].done), one_round, (state, stats))
@@ -170,20 +179,22 @@ _prefill_jit = jax.jit(lambda spec, params, dparams, tokens, lengths, key:
                        static_argnames=("spec",))
 _draft_jit = jax.jit(lambda spec, dparams, state, sp: spec.draft(dparams, state, sp),
                      static_argnames=("spec",), donate_argnames=("state",))
-_verify_jit = jax.jit(lambda spec, params, dparams, state, drafted, sp, max_new:
-                      spec.verify(params, dparams, state, drafted, sp, max_new),
+_settle_jit = jax.jit(lambda spec, params, dparams, state, drafted, sp, max_new:
+                      spec.settle(params, dparams, state, drafted, sp, max_new),
                       static_argnames=("spec",), donate_argnames=("state",))
-JITTED = (_prefill_jit, _draft_jit, _verify_jit)  # the step-wise programs (tests count them)
+JITTED = (_prefill_jit, _draft_jit, _settle_jit)  # the step-wise programs (tests count them)
+prefill_program = _prefill_jit  # prefill_program(loop, params, dparams, tokens, lengths, key)
 
 
 class Loop:
-    """The two drivers, for any loop with `prefill`, `draft`, `verify`, `counts`, `check`,
-    `depth` (most drafts one round can accept) and `shared` (rows hold the same prompt)."""
+    """The two drivers, for any loop with `prefill`, `draft`, `settle`, `check`, `events`,
+    `depth` (most drafts one round can accept) and `shared` (rows hold the same prompt).
+    A round's trace says what to count itself (`trace.counts()`: StepTrace, TreeTrace)."""
 
     def step(self, params, dparams, state, sp, max_new):
-        """One whole round: draft, then verify (and commit). Returns (state, trace)."""
+        """One whole round: draft, then settle (verify and commit). Returns (state, trace)."""
         drafted, state = self.draft(dparams, state, sp)
-        return self.verify(params, dparams, state, drafted, sp, max_new)
+        return self.settle(params, dparams, state, drafted, sp, max_new)
 
     def program(self, params, dparams, tokens, lengths, key, sp):
         """(the fused loop compiled for these shapes, seconds compiling; 0 if done before).
@@ -204,10 +215,10 @@ class Loop:
         pre, s1 = compiled(_prefill_jit, dict(spec=self), dict(
             params=params, dparams=dparams, tokens=tokens, lengths=lengths, key=key))
         dr, s2 = compiled(_draft_jit, dict(spec=self), dict(dparams=dparams, state=pre.out_info, sp=sp))
-        ve, s3 = compiled(_verify_jit, dict(spec=self), dict(
+        se, s3 = compiled(_settle_jit, dict(spec=self), dict(
             params=params, dparams=dparams, state=pre.out_info, drafted=dr.out_info[0], sp=sp,
             max_new=jax.ShapeDtypeStruct((), jnp.int32)))
-        return Programs(pre, dr, ve), s1 + s2 + s3
+        return Programs(pre, dr, se), s1 + s2 + s3
 
     def rounds(self, params, dparams, tokens, lengths, key, sp, max_new: int,
                programs: Programs | None = None):
@@ -225,9 +236,9 @@ class Loop:
             drafted, state = programs.draft(dparams=dparams, state=state, sp=sp)
             jax.block_until_ready(drafted)
             t1 = time.perf_counter()
-            state, trace = programs.verify(params=params, dparams=dparams, state=state,
+            state, trace = programs.settle(params=params, dparams=dparams, state=state,
                                            drafted=drafted, sp=sp, max_new=max_new)
             jax.block_until_ready(state.done)
             t2 = time.perf_counter()
-            stats = stats.add(*self.counts(trace))
+            stats = stats.add(*trace.counts())
             yield Round(trace, state, stats, {"draft_s": t1 - t0, "verify_s": t2 - t1})

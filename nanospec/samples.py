@@ -26,8 +26,8 @@ import numpy as np
 from nanospec.errors import UserError
 from nanospec.rounds import generated
 
-# Bytes a chunk's rows may take on the device. Measured with the shipped target, 100,000
-# samples of 2 tokens: 61 chunks of 1,659 rows, 87 s, 2.65 GB peak resident memory in all.
+# Bytes a chunk's rows may take on the device (what a run of 100,000 samples peaked at with
+# this budget: docs/results.md, "Why the code is shaped as it is").
 MEMORY_BUDGET = 2 * 2**30
 
 
@@ -47,14 +47,12 @@ def row_bytes(cfgs, block: int, capacity: int) -> int:
     return 2 * (kv + round_pass)
 
 
-def plan_chunks(bundle, method: str, n: int, block: int, capacity: int, budget: int,
-                one_batch: bool = False, branches: int = 0) -> Plan:
-    """How to split n samples so that a chunk fits `budget`; `one_batch`: all n in one chunk
-    (a traced run follows every row round by round), or one sentence saying how many fit.
-    `branches`: SSD's speculation cache keeps a draft cache per branch, on top of the row's own."""
-    cfgs = [bundle.models["target"][0]]
-    if method in ("draft", "ssd"):  # only these load the draft model
-        cfgs += [bundle.models["draft"][0]] * (1 + branches)
+def plan_chunks(cfgs, n: int, block: int, capacity: int, budget: int,
+                one_batch: bool = False) -> Plan:
+    """How to split n samples so that a chunk fits `budget`, for a loop whose rows keep KV
+    caches of the models `cfgs` (the target's first: its `kv_models()`); `one_batch`: all n in
+    one chunk (a traced run follows every row round by round), or one sentence saying how
+    many fit."""
     fit = budget // row_bytes(cfgs, block, capacity)
     if fit < 1:
         raise UserError(f"One sample of this prompt needs more than the memory budget of "

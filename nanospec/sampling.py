@@ -94,8 +94,8 @@ def sampling_probs(logits: jax.Array, params: SamplingParams, made=None) -> jax.
     if params.temperature.ndim:
         return _rows_law(logits.astype(jnp.float32), params)
     # subtle: a real branch on a scalar: greedy decoding skips the softmax and the top-k/top-p
-    # machinery altogether. On a CPU that is a third of a draft step's sampling (measured:
-    # 61 -> 42 µs for one row of 2,048 logits, output layer included; at T = 1 it costs ~1 µs).
+    # machinery altogether: on a CPU, a third of a draft step's sampling (the timings:
+    # docs/results.md, "Why the code is shaped as it is").
     return jax.lax.cond(params.temperature > 0, _sampled_law, _greedy_law,
                         logits.astype(jnp.float32), params)
 
@@ -182,14 +182,14 @@ def row_keys(key: jax.Array, batch: int) -> jax.Array:
     return jax.vmap(lambda b: jax.random.fold_in(key[b // per], b % per))(jnp.arange(batch))
 
 
-def fold(key: jax.Array, data) -> jax.Array:
+def fold_keys(key: jax.Array, data) -> jax.Array:
     """jax.random.fold_in for one key, or for a key per row (R,) with `data` () or (R,)."""
     if key.ndim == 0:
         return jax.random.fold_in(key, data)
     return jax.vmap(jax.random.fold_in)(key, jnp.broadcast_to(data, key.shape))
 
 
-def split(key: jax.Array, n: int) -> jax.Array:
+def split_keys(key: jax.Array, n: int) -> jax.Array:
     """jax.random.split for one key (n,), or for a key per row: (n, R), so keys[i] is step
     i's key for every row either way."""
     if key.ndim == 0:

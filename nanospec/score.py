@@ -1,6 +1,8 @@
-"""A text scored by the target: each token's log-probability given the tokens before it, and
-the likeliest alternatives at each position — what OpenAI's `logprobs` returns (with `echo`,
-for the prompt too: how evaluation harnesses score a model).
+"""A text scored by the target: each token's log-probability and its likeliest alternatives.
+
+For each token: its log-probability given the tokens before it, and the likeliest alternatives
+at its position — what OpenAI's `logprobs` returns (with `echo`, for the prompt too: how
+evaluation harnesses score a model).
 
     scored = score(graphdef, params, cfg, ids, top=5)
     scored.logprobs[i]         # log p(ids[i] | ids[:i]) under the target, i ≥ 1 (i = 0: NaN)

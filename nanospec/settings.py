@@ -1,5 +1,7 @@
-"""The sampling settings' ranges and their one check, without JAX: the command line checks a
-flag before anything heavy loads, and the server before a request reaches the engine.
+"""The sampling settings' ranges and their one check, without JAX.
+
+The command line checks a flag before anything heavy loads, and the server before a request
+reaches the engine.
 
 What this file deliberately leaves out: what the settings do (sampling.py).
 """

@@ -1,18 +1,23 @@
 """The speculative loop: draft γ tokens, verify them in one target pass, commit, repeat.
 
 Read `reference.py` first: the same algorithm as one plain Python loop. This file is the
-fast version, one object (`Speculator`) whose public methods are the steps of a round:
+fast version. A round is put together from parts, so that a new way to draft is a plug-in:
 
-1. `draft`:  the drafter proposes x₁..x_γ and their laws q₁..q_γ (a drafter may propose fewer,
-             down to none: then the round is a one-token decode step, drafters.py);
-2. `verify`: ONE target pass over the block [last committed token, x₁..x_γ] gives p₁..p_{γ+1};
-             the verify rule (verify.py) accepts n drafts and draws one more token;
-3. `commit`: append x₁..x_n and that token, roll the target cache back to the committed length,
-             and let the drafter see what the target saw (its features, the emitted tokens).
+- the *proposer* drafts (step 1 of the README's five) and learns from each verdict what the
+  target saw (proposers.py: `Chain` drafts γ in a row with any drafter; trees/loop.py grows
+  token trees, ssd/ pre-drafts from a speculation cache);
+- the *judge* runs ONE target pass over the proposal and applies the verify rule to it
+  (steps 2–5: p₁..p_{γ+1}, accept or reject each draft, the residual's or the bonus token).
+  `ChainJudge` holds the rule (verify.py) as a value, so a test can swap in a broken one;
+- *hooks* run after the round's commit (SSD builds the next round's cache in one, ssd/).
 
-`prefill`, `step`, `run` (fused `lax.while_loop`) and `rounds` (step by step, traced) come
-from rounds.Loop. Token trees (trees/loop.py) are the same round with a different `draft`
-and `judge`: `verify` and `commit` are shared.
+`Speculation.draft` and `Speculation.settle` below are the round body, written once for every
+method; `Speculator` is chain speculation assembled from those parts. `prefill`, `step`,
+`run` (fused `lax.while_loop`) and `rounds` (step by step, traced) come from rounds.Loop.
+
+In vLLM's words, a round emits the *accepted* drafts x₁..x_n, then one more token: the
+*recovered* token (drawn from the residual at the first rejection) or the *bonus* token (drawn
+from p_{γ+1} when every draft was accepted).
 
 Static vs traced — what recompiles: the loop object's fields (target and drafter graph and
 config, γ, EOS, cache capacity), batch size and prompt bucket are static; tokens, lengths,
@@ -24,6 +29,7 @@ leads the next verify block; so after a round the cache length is simply `length
 KV of rejected drafts sits in stale slots that no query can see (cache.py).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -36,8 +42,10 @@ from nanospec.cache import capacity as cache_capacity
 from nanospec.drafters import Drafter, take_rows
 from nanospec.errors import UserError
 from nanospec.model import ModelConfig, forward
-from nanospec.rounds import Loop, StepTrace, at, prefill_target, round_keys, top_tokens
+from nanospec.proposers import Chain, Proposal
+from nanospec.rounds import Loop, StepTrace, prefill_target, prob_of, round_keys, top_tokens
 from nanospec.sampling import SamplingParams, sampling_probs
+from nanospec.trace import events_from_step
 from nanospec.verify import Verdict, verify
 
 
@@ -52,12 +60,6 @@ class SpecState(NamedTuple):
     key: jax.Array  # the run's key; the serving engine keeps a key and a step per row: (B,)
 
 
-class Drafted(NamedTuple):  # what the draft step hands to the verify step
-    drafts: jax.Array  # (B, γ) int32
-    q: jax.Array  # (B, γ, V) the law each draft was drawn from
-    n_draft: jax.Array  # (B,) int32: how many of them are proposed (the rest: padding)
-
-
 class Judged(NamedTuple):
     """What one target pass and the verify rule decided, along the accepted path."""
 
@@ -66,6 +68,7 @@ class Judged(NamedTuple):
     drafts: jax.Array  # (B, depth) the drafts along the path (the first n_accepted count)
     hidden: jax.Array  # (B, depth+1, C) the target's features along [last, path...]
     cache: KVCache  # the target's cache with the path in slots start.. (rolled back by commit)
+    n_draft: jax.Array  # (B,) int32: drafts judged (a chain's cut to the room left: at most γ)
 
 
 def full_capacity(cfg: ModelConfig, block: int) -> int:
@@ -136,17 +139,56 @@ def check_room(cfg: ModelConfig, lengths, max_new: int, depth: int) -> None:
                         f"{cfg.n_ctx}, leaving no room to generate; shorten it.")
 
 
-def check_gamma(drafter: Drafter, gamma: int) -> None:
-    """Heads draft one token per head: γ cannot exceed how many they have."""
-    most = drafter.max_gamma
-    if most is not None and gamma > most:
-        raise UserError(f"{drafter.name} has {most} heads, so gamma can be at most {most}; "
-                        f"got {gamma}.")
+def exact_rule(key, proposal: Proposal, p, n_draft) -> Verdict:
+    """The verify rule (verify.py) on every row's drafts, each against the law it was drawn
+    from — whoever proposed them, however (a cache hit or a miss, a model or a lookup)."""
+    return verify(key, proposal.drafts, proposal.q, p, n_draft)
+
+
+@dataclass(frozen=True)
+class ChainJudge:
+    """The target's side of a chain round: ONE pass over [last, x₁..x_γ] -> p₁..p_{γ+1}, then
+    `rule` on them. The rule is a value: tests/statistical/test_ssd.py and lesson 18 judge
+    with a broken one to show that the law tests catch it."""
+
+    rule: Callable = exact_rule  # (key, proposal, p, n_draft) -> verify.Verdict
+
+    def __call__(self, loop, params, state: SpecState, proposal: Proposal, sp, key) -> Judged:
+        live = ~state.done
+        n_draft = jnp.minimum(proposal.n_draft, room_for_drafts(loop.cfg, state.length))
+        width = proposal.drafts.shape[1] + 1
+        last = take_rows(state.seq, state.length - 1, 1)  # (B, 1)
+        block = jnp.concatenate([last, proposal.drafts], axis=1)  # (B, γ+1)
+        positions = (state.length - 1)[:, None] + jnp.arange(width)  # (B, γ+1)
+        logits, hidden, cache = target_pass(loop.graphdef, params, block, positions, state.cache,
+                                            n_draft, live, loop.drafter.varies_length)
+        made = state.n_new[:, None] + jnp.arange(width)  # tokens before each p
+        p = sampling_probs(logits, sp, made)  # (B, γ+1, V)
+        verdict = self.rule(key, proposal, p, n_draft)
+        return Judged(p, verdict, proposal.drafts, hidden, cache, n_draft)
+
+    def record(self, loop, state: SpecState, proposal: Proposal, j: Judged, emitted,
+               n_emit) -> StepTrace:
+        """The round as a StepTrace (XLA drops it in the fused loop, where nothing reads it)."""
+        v, p, B, G = j.verdict, j.p, emitted.shape[0], proposal.drafts.shape[1]
+        q_token = proposal.q[jnp.arange(B), jnp.minimum(v.n_accepted, G - 1), v.token]
+        live = ~state.done
+        return StepTrace(live, state.length, proposal.drafts, j.n_draft, v, n_emit, emitted,
+                         top_tokens(proposal.q), top_tokens(p), top_tokens(v.extra_probs),
+                         prob_of(v.extra_probs, v.token), p[jnp.arange(B), v.n_accepted, v.token],
+                         jnp.where(v.is_bonus, 0.0, q_token), live & proposal.cached)
+
+    def events(self, loop, trace: StepTrace, tok, round_idx: int, seconds) -> list[dict]:
+        return events_from_step(trace, tok, round_idx, seconds)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Speculation(Loop):
-    """What chain and tree speculation share: the fields, prefill, verify's frame, commit."""
+    """The round, written once: a proposer, a judge and post-round hooks put together.
+
+    A subclass says which parts it is made of — `proposer`, `judge` and (if any) `hooks`,
+    each a static value — and nothing else: see `Speculator` below, trees/loop.py, ssd/.
+    """
 
     graphdef: Any  # the target's
     cfg: ModelConfig  # the target's
@@ -156,28 +198,82 @@ class Speculation(Loop):
     shared: bool = False  # every row holds the same prompt: prefill it once (rounds.share_rows)
 
     @property
-    def slots(self) -> int:
+    def hooks(self) -> tuple:
+        """What runs after the round's commit: each hook's `after_round(dparams, before,
+        proposal, sp, state, trace) -> (state, trace)`, `before` the state the judge saw, and
+        its `events(trace, tok, round_idx, events) -> events`. None here; SSD builds its next
+        cache in one (ssd/loop.py)."""
+        return ()
+
+    @property
+    def depth(self) -> int:  # the most drafts one round can accept
+        return self.proposer.depth
+
+    @property
+    def block(self) -> int:  # slots past the committed length one round may write
+        return self.proposer.block
+
+    @property
+    def cache_size(self) -> int:  # positions in every KV cache of the run (serving: per row)
         return self.capacity or full_capacity(self.cfg, self.block)
 
+    @property
+    def predrafts(self) -> bool:
+        return self.proposer.predrafts
+
+    def settings(self) -> dict:
+        return self.proposer.settings()
+
+    def kv_models(self) -> tuple:
+        return (self.cfg, *self.proposer.kv_models())
+
+    def check(self, lengths, max_new: int) -> None:
+        check_room(self.cfg, lengths, max_new, self.depth)
+        self.proposer.check()
+
     def prefill(self, params, dparams, tokens, lengths, key) -> SpecState:
-        """Cache the prompt in target and drafter; the last prompt token waits for round 1."""
+        """Cache the prompt in target and proposer; the last prompt token waits for round 1."""
         B = tokens.shape[0]
-        _, hidden, cache, seq = prefill_target(self.graphdef, params, self.cfg, tokens, self.slots)
-        dstate = self.drafter.init(dparams, tokens, lengths, hidden, capacity=self.slots)
+        _, hidden, cache, seq = prefill_target(self.graphdef, params, self.cfg, tokens, self.cache_size)
+        dstate = self.proposer.init(dparams, tokens, lengths, hidden, self.cache_size)
         return SpecState(seq, lengths, rollback(cache, lengths - 1), dstate,
                          jnp.zeros(B, jnp.int32), jnp.zeros(B, bool), jnp.int32(0), key)
 
-    def verify(self, params, dparams, state: SpecState, drafted, sp: SamplingParams, max_new):
-        """One target pass over the drafts, the verify rule (`judge`), and the commit."""
-        j = self.judge(params, state, drafted, sp)
-        B = j.drafts.shape[0]
-        # The appended tokens: the accepted drafts x₁..x_n, then the residual/bonus token at n.
+    def draft(self, dparams, state: SpecState, sp: SamplingParams):
+        """Step 1: the proposer drafts, with this round's draft key (rounds.round_keys)."""
+        key, _ = round_keys(state.key, state.step)
+        proposal, dstate = self.proposer.propose(dparams, state.dstate, state.seq, state.length,
+                                                 key, sp)
+        return proposal, state._replace(dstate=dstate)
+
+    def judge_and_commit(self, params, dparams, state: SpecState, proposal, sp: SamplingParams,
+                         max_new):
+        """Steps 2–5 and the commit: the judge's ONE target pass and verify rule, then the
+        accepted drafts and the recovered or bonus token appended, and the proposer told."""
+        _, key = round_keys(state.key, state.step)
+        j = self.judge(self, params, state, proposal, sp, key)
+        v, B = j.verdict, j.drafts.shape[0]
         emitted = jnp.concatenate([j.drafts, jnp.zeros((B, 1), jnp.int32)], axis=1)
-        emitted = emitted.at[jnp.arange(B), j.verdict.n_accepted].set(j.verdict.token)
-        new_state, n_emit = self.commit(state, j.cache, j.verdict.n_accepted, emitted, max_new)
-        dstate = self.drafter_commit(dparams, state.dstate, j.hidden, emitted, state.length - 1,
-                                     new_state.length)
-        return new_state._replace(dstate=dstate), self.record(state, drafted, j, emitted, n_emit)
+        emitted = emitted.at[jnp.arange(B), v.n_accepted].set(v.token)  # [x₁..x_n, token]
+        new, n_emit = self.commit(state, j.cache, v.n_accepted, emitted, max_new)
+        dstate = self.proposer.update(dparams, state.dstate, j.hidden, emitted, state.length - 1,
+                                      new.length)
+        trace = self.judge.record(self, state, proposal, j, emitted, n_emit)
+        return new._replace(dstate=dstate), trace
+
+    def settle(self, params, dparams, state: SpecState, proposal, sp: SamplingParams, max_new):
+        """The round after its drafts: judge and commit, then run the hooks. -> (state, trace)."""
+        new, trace = self.judge_and_commit(params, dparams, state, proposal, sp, max_new)
+        for hook in self.hooks:
+            new, trace = hook.after_round(dparams, state, proposal, sp, new, trace)
+        return new, trace
+
+    def events(self, trace, tok, round_idx: int, seconds=None) -> list[dict]:
+        """One round's trace (device arrays) -> its events, row by row (trace.py)."""
+        events = self.judge.events(self, trace, tok, round_idx, seconds)
+        for hook in self.hooks:
+            events = hook.events(trace, tok, round_idx, events)
+        return events
 
     def commit(self, state: SpecState, cache: KVCache, n_accepted, emitted, max_new):
         """Append [x₁..x_n, token] (`emitted`, (B, W)) and roll the target cache back.
@@ -205,6 +301,7 @@ class Speculation(Loop):
                               step=state.step + 1), n_emit
 
 
+
 @dataclass(frozen=True, kw_only=True)
 class Speculator(Speculation):
     """Chain speculation: γ drafts in a row, verified in one pass over γ+1 tokens.
@@ -214,60 +311,8 @@ class Speculator(Speculation):
     """
 
     gamma: int
+    judge: ChainJudge = ChainJudge()
 
     @property
-    def depth(self) -> int:  # the most drafts one round can accept
-        return self.gamma
-
-    @property
-    def block(self) -> int:  # tokens in one verify pass
-        return self.gamma + 1
-
-    def check(self, lengths, max_new: int) -> None:
-        check_room(self.cfg, lengths, max_new, self.gamma)
-        check_gamma(self.drafter, self.gamma)
-
-    def draft(self, dparams, state: SpecState, sp: SamplingParams):
-        """The drafter proposes γ tokens (or, if its drafts vary, up to γ) with their laws."""
-        key, _ = round_keys(state.key, state.step)
-        d = self.drafter
-        drafts, q, dstate = d.propose(dparams, state.dstate, state.seq, state.length, key, sp,
-                                      self.gamma)
-        n_draft = d.draft_length(state.seq, state.length, self.gamma)
-        return Drafted(drafts, q, n_draft), state._replace(dstate=dstate)
-
-    def judge(self, params, state: SpecState, drafted: Drafted, sp: SamplingParams) -> Judged:
-        """ONE target pass over [last, x₁..x_γ] -> p₁..p_{γ+1}; the verify rule on them."""
-        live = ~state.done
-        n_draft = jnp.minimum(drafted.n_draft, room_for_drafts(self.cfg, state.length))
-        last = take_rows(state.seq, state.length - 1, 1)  # (B, 1)
-        block = jnp.concatenate([last, drafted.drafts], axis=1)  # (B, γ+1)
-        positions = (state.length - 1)[:, None] + jnp.arange(self.gamma + 1)  # (B, γ+1)
-        logits, hidden, cache = target_pass(self.graphdef, params, block, positions, state.cache,
-                                            n_draft, live, self.drafter.varies_length)
-        made = state.n_new[:, None] + jnp.arange(self.gamma + 1)  # tokens before each p
-        p = sampling_probs(logits, sp, made)  # (B, γ+1, V)
-        _, key = round_keys(state.key, state.step)
-        return Judged(p, self.rule(key, drafted, p, n_draft), drafted.drafts, hidden, cache)
-
-    def rule(self, key, drafted: Drafted, p, n_draft) -> Verdict:
-        """The verify rule (verify.py) on every row's drafts, against the law they came from."""
-        return verify(key, drafted.drafts, drafted.q, p, n_draft)
-
-    def drafter_commit(self, dparams, dstate, hidden, emitted, start, length):
-        return self.drafter.commit(dparams, dstate, hidden, emitted, start, length)
-
-    def record(self, state: SpecState, drafted: Drafted, j: Judged, emitted, n_emit) -> StepTrace:
-        """The round as a StepTrace (XLA drops it in the fused loop, where nothing reads it)."""
-        v, p, B = j.verdict, j.p, emitted.shape[0]
-        n_draft = jnp.minimum(drafted.n_draft, room_for_drafts(self.cfg, state.length))
-        q_token = drafted.q[jnp.arange(B), jnp.minimum(v.n_accepted, self.gamma - 1), v.token]
-        return StepTrace(~state.done, state.length, drafted.drafts, n_draft, v, n_emit, emitted,
-                         top_tokens(drafted.q), top_tokens(p), top_tokens(v.extra_probs),
-                         at(v.extra_probs, v.token), p[jnp.arange(B), v.n_accepted, v.token],
-                         jnp.where(v.is_bonus, 0.0, q_token))
-
-    @staticmethod
-    def counts(trace: StepTrace):
-        """(live, drafts proposed, accepted, all accepted) for rounds.RoundStats."""
-        return trace.live, trace.n_draft, trace.verdict.n_accepted, trace.verdict.is_bonus
+    def proposer(self) -> Chain:
+        return Chain(self.drafter, self.gamma)

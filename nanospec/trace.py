@@ -1,4 +1,4 @@
-"""Trace events: what happened in every round, as JSON lines — and the metrics computed from them.
+"""Trace events: what happened in every round, as JSON lines — and the metrics drawn from them.
 
 The loop returns fixed-shape arrays (`StepTrace`); `events_from_step` turns them into events on
 the host, after the fact — never by callbacks from inside jit. Schema 2, one JSON object per line,
@@ -22,7 +22,7 @@ each with "schema", "type", and for per-row events "round" (0-based) and "row":
 A token-tree run's run_start also has `tree` (each node's parent) and `siblings`, and its
 rounds have one `tree` event in place of draft/verify/accept/reject/discard (trees/trace.py).
 
-An SSD round (ssd.py) starts with one more event per row, before its drafts:
+An SSD round (ssd/loop.py) starts with one more event per row, before its drafts:
 
   ssd        hit (the drafts were ready in the cache), source ("cache" or "backup"),
              outcome [k, t*] (how the round ended), cache = the branches pre-drafted for the
@@ -72,9 +72,7 @@ def run_start(tok, prompt: str, prompt_ids: list[int], method: str, gamma: int, 
 
 def events_from_step(trace, tok, round_idx: int, timings: dict | None = None) -> list[dict]:
     """One round's StepTrace (device arrays) -> its events, row by row, in reading order.
-    An SSD round's trace (ssd.SSDTrace) adds its `ssd` event first in each row."""
-    if hasattr(trace, "hit"):
-        return _with_ssd_events(trace, tok, round_idx, timings)
+    (A loop's `events` calls this; an SSD round's hook adds its `ssd` events, ssd/loop.py.)"""
     t = to_numpy(trace)
     v = t["verdict"]
     B = t["drafts"].shape[0]
@@ -120,26 +118,6 @@ def events_from_step(trace, tok, round_idx: int, timings: dict | None = None) ->
                        "length": start + k, "draft_ms": 1e3 * timings.get("draft_s", 0.0),
                        "verify_ms": 1e3 * timings.get("verify_s", 0.0)})
     return events
-
-
-def _with_ssd_events(trace, tok, round_idx, timings) -> list[dict]:
-    events = events_from_step(trace.step, tok, round_idx, timings)
-    hit, branch_t = np.asarray(trace.hit), np.asarray(trace.branch_t)
-    branch_k = np.asarray(trace.branch_k)
-    v = trace.step.verdict
-    k, token = np.asarray(v.n_accepted), np.asarray(v.token)
-    out, seen = [], set()
-    for e in events:
-        b = e["row"]
-        if b not in seen:  # the row's first event: say where its drafts came from
-            seen.add(b)
-            out.append({"schema": SCHEMA, "round": round_idx, "row": b, "type": "ssd",
-                        "hit": bool(hit[b]), "source": "cache" if hit[b] else "backup",
-                        "outcome": [int(k[b]), int(token[b])],
-                        "cache": [[int(j), int(x), tok.token_str(int(x))]
-                                  for j, x in zip(branch_k, branch_t[b])]})
-        out.append(e)
-    return out
 
 
 def _upgrade(e: dict) -> dict:

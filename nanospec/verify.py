@@ -33,10 +33,14 @@ import jax.numpy as jnp
 from nanospec.sampling import row_keys, sample
 
 
-class Verdict(NamedTuple):  # shapes for one row; `verify` adds a leading batch axis B
+class Verdict(NamedTuple):
+    """One row's verdict (`verify` adds a leading batch axis B). In vLLM's words, the round
+    emits the `n_accepted` *accepted* tokens, then `token`: the *recovered* token (drawn from
+    the residual at the first rejection) or the *bonus* token (every draft accepted)."""
+
     n_accepted: jax.Array  # () int32: length of the leading run of accepted drafts, 0..γ
     accepted: jax.Array  # (γ,) bool: position i accepted AND every earlier one too
-    token: jax.Array  # () int32: the residual (correction) or bonus token that follows
+    token: jax.Array  # () int32: the recovered (from the residual) or bonus token that follows
     is_bonus: jax.Array  # () bool: every draft accepted, so `token` came from p_{γ+1}
     u: jax.Array  # (γ,) the uniforms that decided each draft
     p_x: jax.Array  # (γ,) target probability of each drafted token
@@ -109,6 +113,7 @@ def verify(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
     return jax.vmap(verify_row)(row_keys(key, B), drafts, q, p, n_draft)
 
 
-def bonus_probs(p: jax.Array, gamma) -> jax.Array:
-    """The law of the bonus token: the target's own next-token law after all γ drafts."""
-    return p[gamma]
+def bonus_probs(p: jax.Array, n_accepted) -> jax.Array:
+    """The law of the bonus token, drawn when every proposed draft was accepted: the target's
+    own next-token law after them, p[n_accepted] (p_{γ+1} when all γ were proposed)."""
+    return p[n_accepted]

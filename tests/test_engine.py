@@ -15,9 +15,9 @@ from nanospec.model import forward
 from nanospec.rounds import generated
 from nanospec.sampling import SamplingParams
 from nanospec.serving.engine import Engine, Request
-from nanospec.serving.steps import slots_for
+from nanospec.serving.steps import cache_size_for
 from nanospec.speculative import Speculator
-from nanospec.ssd import SSDSpeculator
+from nanospec.ssd.loop import SSDSpeculator
 from nanospec.trees.loop import TreeSpeculator
 from nanospec.trees.tree import Tree
 from tests.statistical.laws import PROMPT, PROMPT_B, tiny_pair
@@ -116,10 +116,10 @@ def test_caches_for_max_len_tokens_keep_each_requests_tokens(pair, method):
     loop = loops(pair)[method]
     longest = max(len(r.prompt) + r.max_new for r in REQUESTS)
     engine = Engine(loop, p, draft[2], slots=2, max_len=longest)
-    assert engine.state.cache.capacity == slots_for(longest, loop.block)
+    assert engine.state.cache.capacity == cache_size_for(longest, loop.block)
     # (these tiny models' whole context is 16 tokens, one multiple of 16 already; the
     # shipped ones at 80 tokens a request, γ = 4: 80 + 4 slots of slack, rounded up)
-    assert (slots_for(80, 5), slots_for(256, 5)) == (96, 272)
+    assert (cache_size_for(80, 5), cache_size_for(256, 5)) == (96, 272)
     got = serve(engine, {0: REQUESTS[:2], 2: REQUESTS[2:]})
     assert [got[i] for i in range(len(REQUESTS))] == [alone(loop, pair, r) for r in REQUESTS]
     short = Engine(loop, p, draft[2], slots=1, max_len=len(PROMPT) + 4)
@@ -132,7 +132,7 @@ def test_caches_for_max_len_tokens_keep_each_requests_tokens(pair, method):
 
 
 def test_the_closed_loop_keeps_every_slot_busy_until_all_requests_finish(pair):
-    from nanospec.measure.crossover import closed_loop
+    from nanospec.load.crossover import closed_loop
     (_, _, p), draft = pair
     engine = Engine(loops(pair)["draft"], p, draft[2], slots=2)
     done = closed_loop(engine, REQUESTS)

@@ -13,7 +13,7 @@ from nanospec.aot import programs_compiled
 from nanospec.errors import UserError
 from nanospec.generate import bucket, generate, pad_prompts, stream
 from nanospec.model import forward
-from nanospec.rounds import _fused, _verify_jit
+from nanospec.rounds import _fused, _settle_jit
 from nanospec.sampling import GREEDY, SamplingParams
 
 HOT = SamplingParams.make(1.0)
@@ -91,12 +91,12 @@ def test_no_recompile_within_a_bucket_or_across_steps_or_settings(tiny_model):
     generate(g, p, cfg, tokens, lengths, jax.random.key(0), HOT, 2, -1)
     assert _fused._cache_size() == before + 2  # 17 tokens: the next bucket (32)
 
-    step_before = programs_compiled(_verify_jit)
+    step_before = programs_compiled(_settle_jit)
     for _ in stream(g, p, cfg, tokens, lengths, jax.random.key(0), HOT, 6, -1):
         pass
     for _ in stream(g, p, cfg, tokens, lengths, jax.random.key(1), GREEDY, 4, -1):
         pass
-    assert programs_compiled(_verify_jit) == step_before + 1  # ten decode steps, one program
+    assert programs_compiled(_settle_jit) == step_before + 1  # ten decode steps, one program
 
 
 def test_bad_prompts_are_user_errors(tiny_model):

@@ -3,11 +3,12 @@ inside functions included), and what importing them costs.
 
 The layers point one way (docs/design.md §2):
 
-    core (the loops, drafters, methods: ssd, trees, heads)  <-  serving, measure  <-  apps
+    core (the loops, drafters, methods: ssd, trees, heads)  <-  serving, measure, load  <-  apps
 
 where the apps are the command line (nanospec/cli/), the course's tools (exercises, training,
 teach, slides) and the visualiser (viz/). So the core imports neither serving, measurement
-nor an app; serving and measurement import no app, and serving no measurement; and the
+(measure/, load/) nor an app; serving and measurement import no app, and serving no
+measurement; and the
 autoregressive baseline (generate.py) does not import the speculative loop it is the
 baseline of.
 
@@ -53,7 +54,7 @@ def layer(module: str) -> str:
         return "app"
     if within(module, "nanospec.serving"):
         return "serving"
-    if within(module, "nanospec.measure"):
+    if within(module, "nanospec.measure", "nanospec.load"):
         return "measure"
     return "core"
 

@@ -1,4 +1,4 @@
-"""`nanospec loadtest` (measure/loadgen.py, loadtest.py, loadtest_report.py, launched.py;
+"""`nanospec loadtest` (load/loadgen.py, loadtest.py, load/report.py, launched.py;
 cli/loadtest.py).
 
 - the statistics by known answers: TTFT, ITL per chunk, TPOT per token, e2e, percentiles;
@@ -27,10 +27,10 @@ from nanospec.cli import loadtest as loadtest_command
 from nanospec.cli import main
 from nanospec.decode import Bundle
 from nanospec.errors import UserError
-from nanospec.measure import loadgen, loadtest
-from nanospec.measure.launched import Launched
-from nanospec.measure.loadgen import Ask, Result, arrivals, percentiles, summarize
-from nanospec.measure.loadtest_report import adaptive_within, crossover, verdict_lines, verdicts
+from nanospec.load import loadgen, loadtest
+from nanospec.load.launched import Launched
+from nanospec.load.loadgen import Ask, Result, arrivals, percentiles, summarize
+from nanospec.load.report import adaptive_within, crossover, verdict_lines, verdicts
 from nanospec.measure.workloads import workload_prompts
 from nanospec.model import GPT, ModelConfig
 from nanospec.serving.launch import build_engine, speculative_config
@@ -67,7 +67,7 @@ def test_percentiles_by_hand():
 def test_doctests():
     import doctest
 
-    from nanospec.measure import loadtest_report
+    from nanospec.load import report as loadtest_report
     assert doctest.testmod(loadgen).failed == doctest.testmod(loadtest_report).failed == 0
 
 
@@ -109,8 +109,8 @@ def test_every_table_fits_an_80_column_terminal_uncut(monkeypatch):
 
     from rich.console import Console
 
-    from nanospec.measure import crossover as engine_sweep
-    from nanospec.measure import loadtest_report as report
+    from nanospec.load import crossover as engine_sweep
+    from nanospec.load import report
     from nanospec.measure import tables
     screen = Console(file=io.StringIO(), width=80)
     monkeypatch.setattr(tables, "CONSOLE", screen)

@@ -33,7 +33,7 @@ from nanospec.rounds import generated
 from nanospec.sampling import GREEDY, SamplingParams, sampling_probs
 from nanospec.serving.engine import Engine, Request
 from nanospec.speculative import Speculator
-from nanospec.ssd import SSDSpeculator
+from nanospec.ssd.loop import SSDSpeculator
 from nanospec.trees.loop import TreeSpeculator
 from nanospec.trees.tree import Tree
 from tests.statistical.laws import PROMPT_B, tiny_pair
@@ -48,7 +48,7 @@ HOT = SamplingParams.make(1.0)
 
 @partial(jax.jit, static_argnums=0)
 def first_draft(loop, params, dparams, tokens, lengths, sp):
-    """What `loop` drafts in its first round: Drafted (a chain, SSD) or Grown (a tree)."""
+    """What `loop` drafts in its first round: a Proposal (a chain, SSD) or a Grown (a tree)."""
     state = loop.prefill(params, dparams, tokens, lengths, jax.random.key(3))
     return loop.draft(dparams, state, sp)[0]
 

@@ -100,9 +100,9 @@ def test_sigterm_under_load_finishes_every_request_running_or_waiting():
 
 @pytest.mark.slow
 def test_the_soak_script_counts_every_kind_of_request(tiny_ckpt_dir, tmp_path, capsys):
-    """measure/soak.py (docs/results.md's soak), briefly: every request it sends is counted
+    """load/soak.py (docs/results.md's soak), briefly: every request it sends is counted
     once, nothing is lost, and the report holds the server's memory before and after."""
-    from nanospec.measure.soak import main as soak_main
+    from nanospec.load.soak import main as soak_main
     proc, url = launch(tiny_ckpt_dir, "--slots", "2", "--max-queue", "16")
     try:
         out = tmp_path / "soak.json"

@@ -16,7 +16,7 @@ from nanospec.drafters import DraftModel
 from nanospec.errors import UserError
 from nanospec.generate import generate, pad_prompts
 from nanospec.model import GPT, ModelConfig
-from nanospec.rounds import _fused, _verify_jit, generated
+from nanospec.rounds import _fused, _settle_jit, generated
 from nanospec.sampling import GREEDY, SamplingParams
 from nanospec.speculative import Speculator
 
@@ -132,7 +132,7 @@ def test_no_recompile_across_prompt_lengths_settings_or_rounds(models):
         spec = Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=2, eos_id=-1)
         spec.run(p, dp, tokens, lengths, jax.random.key(n), sp, max_new)
     assert _fused._cache_size() == before + 1
-    verify_before = programs_compiled(_verify_jit)
+    verify_before = programs_compiled(_settle_jit)
     for seed in range(2):  # the step-wise driver compiles ahead of time, once
         rounds = list(spec.rounds(p, dp, tokens, lengths, jax.random.key(seed), HOT, 10))
-    assert len(rounds) > 1 and programs_compiled(_verify_jit) == verify_before + 1
+    assert len(rounds) > 1 and programs_compiled(_settle_jit) == verify_before + 1

@@ -1,4 +1,4 @@
-"""Speculative speculative decoding (ssd.py) outside the statistics: fan-outs, the cache's keys
+"""Speculative speculative decoding (ssd/loop.py) outside the statistics: fan-outs, the cache's keys
 and lookup by hand, SSD against ordinary speculation round for round at temperature 0, and
 `nanospec generate --method ssd` as a user meets it. (The laws: tests/statistical/test_ssd.py;
 greedy identity on the shipped models: tests/statistical/test_greedy_identity.py.)"""
@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import nanospec.ssd
-import nanospec.ssd_fanout
-from nanospec.decode import Bundle
+import nanospec.ssd.fanout
+import nanospec.ssd.loop
+from nanospec.decode import Bundle, make_loop
 from nanospec.drafters import DraftModel
 from nanospec.errors import UserError
 from nanospec.generate import bucket, pad_prompts
@@ -21,8 +21,8 @@ from nanospec.measure.bench import plan_runs
 from nanospec.rounds import generated
 from nanospec.sampling import GREEDY, SamplingParams
 from nanospec.speculative import Speculator
-from nanospec.ssd import SSDSpeculator, lookup, outcome_keys
-from nanospec.ssd_fanout import geometric_fanout, parse_fanout, uniform_fanout
+from nanospec.ssd.fanout import SSDOptions, geometric_fanout, parse_fanout, uniform_fanout
+from nanospec.ssd.loop import SSDSpeculator, lookup, outcome_keys
 from nanospec.trace import read_jsonl, summarize
 from nanospec.trees.tree import Tree
 from tests.statistical.laws import PROMPT, PROMPT_B, tiny_pair
@@ -32,8 +32,8 @@ GAMMA = 3
 
 
 def test_doctests():
-    assert doctest.testmod(nanospec.ssd).failed == 0
-    assert doctest.testmod(nanospec.ssd_fanout).failed == 0
+    assert doctest.testmod(nanospec.ssd.loop).failed == 0
+    assert doctest.testmod(nanospec.ssd.fanout).failed == 0
 
 
 def test_geometric_fanout_spends_the_budget_and_covers_every_k():
@@ -96,10 +96,10 @@ def test_at_temperature_0_ssd_has_exactly_the_rounds_of_ordinary_speculation(pai
     hits = 0
     for a, b in zip(sd, ssd):
         live = np.asarray(a.trace.live)
-        assert np.array_equal(live, np.asarray(b.trace.step.live))
-        assert np.array_equal(np.asarray(a.trace.drafts)[live], np.asarray(b.trace.step.drafts)[live])
-        assert np.array_equal(np.asarray(a.trace.emitted)[live], np.asarray(b.trace.step.emitted)[live])
-        hits += int(np.sum(np.asarray(b.trace.hit)))
+        assert np.array_equal(live, np.asarray(b.trace.live))
+        assert np.array_equal(np.asarray(a.trace.drafts)[live], np.asarray(b.trace.drafts)[live])
+        assert np.array_equal(np.asarray(a.trace.emitted)[live], np.asarray(b.trace.emitted)[live])
+        hits += int(np.sum(np.asarray(b.trace.cached)))
     assert hits > 0, "no round was drafted from the cache"
     lengths = sd[0].trace.start  # round 1 starts at the prompt's end
     assert generated(sd[-1].state, lengths) == generated(ssd[-1].state, lengths)
@@ -115,7 +115,7 @@ def test_fused_and_step_wise_ssd_agree_and_count_their_hits(pair):
     tokens, lengths = pad_prompts([PROMPT if i % 2 else PROMPT_B for i in range(64)], cfg.n_ctx)
     state, stats = loop.run(p, draft[2], tokens, lengths, jax.random.key(4), sp, 10)
     assert generated(state, lengths) == generated(steps[-1].state, lengths)
-    hits = sum(int(np.sum(np.asarray(r.trace.hit))) for r in steps)
+    hits = sum(int(np.sum(np.asarray(r.trace.cached))) for r in steps)
     assert stats.cached_rounds() == hits == steps[-1].stats.cached_rounds() > 0
 
 
@@ -185,9 +185,9 @@ def test_the_memory_plan_and_the_demo_size_caches_for_ssds_branches(tiny_ckpt_di
     from viz.settings import Settings
     bundle = Bundle.load(tiny_ckpt_dir, ["target", "draft"])
     budget = 2**24
-    draft = plan_chunks(bundle, "draft", 10**6, 4, 64, budget)
-    ssd = plan_chunks(bundle, "ssd", 10**6, 4, 64, budget, branches=8)
-    ar = plan_chunks(bundle, "ar", 10**6, 1, 64, budget)
+    plan = lambda method, block, **ssd: plan_chunks(
+        make_loop(bundle, method, ssd=SSDOptions(**ssd))[0].kv_models(), 10**6, block, 64, budget)
+    draft, ssd, ar = plan("draft", 4), plan("ssd", 4, fanout="2"), plan("ar", 1)
     assert ssd.rows < draft.rows < ar.rows
     run = LiveRun(bundle, Settings(method="ssd", gamma=3, max_new=8))
     assert run.loop.block == 7

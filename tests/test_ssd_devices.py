@@ -1,4 +1,4 @@
-"""SSD's two-device driver (ssd_devices.py) and its timeline model (measure/ssd_timeline.py).
+"""SSD's two-device driver (ssd/devices.py) and its timeline model (measure/ssd_timeline.py).
 
 The driver is a different schedule of the same computation, so it must emit exactly the
 tokens of the fused loop with the same key — on two devices (a separate process: JAX's
@@ -20,8 +20,8 @@ from nanospec.drafters import DraftModel
 from nanospec.generate import pad_prompts
 from nanospec.rounds import generated
 from nanospec.sampling import SamplingParams
-from nanospec.ssd import SSDSpeculator
-from nanospec.ssd_devices import Timed, run_two_devices
+from nanospec.ssd.devices import Timed, run_two_devices
+from nanospec.ssd.loop import SSDSpeculator
 from tests.conftest import REPO
 from tests.statistical.laws import PROMPT, PROMPT_B, tiny_pair
 

@@ -1,4 +1,4 @@
-r"""SSD's speculation cache (nanospec/ssd.py): the branches pre-drafted for the next round.
+r"""SSD's speculation cache (nanospec/ssd/loop.py): branches pre-drafted for the next round.
 
 Shown for `--method ssd` only. While the target verifies round r, the draft model guesses how
 round r will end — k drafts accepted, then one token t* — and drafts round r+1 for each guess.

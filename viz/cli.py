@@ -1,5 +1,7 @@
-"""`nanospec demo`: the visualiser's command line (registered through the nanospec.commands
-entry point, so nanospec itself never imports viz).
+"""`nanospec demo`: the visualiser's command line.
+
+It is registered through the nanospec.commands entry point, so nanospec itself never imports
+viz.
 
     nanospec demo [--prompt TEXT] [--method M] [--gamma K] [--temperature T] [--top-k K]
                   [--top-p P] [--seed S] [--max-new-tokens N]          live, on the shipped models
@@ -83,12 +85,12 @@ def check_args(args) -> None:
 
 def live_settings(args):
     """The live run's Settings from the flags given, checked as far as possible without models."""
-    from nanospec.decode import METHODS
+    from nanospec.methods import DRAFTING
     from viz.settings import Settings
 
     settings = Settings(**{name: getattr(args, name) for name in LIVE_FLAGS
                            if getattr(args, name) is not None})
-    drafting = [m for m in METHODS if m != "ar"]
+    drafting = DRAFTING
     if settings.method == "ar":
         raise UserError(f"--race always runs ar; give --method one of {', '.join(drafting)} "
                         f"to race against it." if args.race else
@@ -129,7 +131,7 @@ def build_race(args):
     from dataclasses import replace
 
     from nanospec.decode import Bundle, needs
-    from nanospec.speculative import check_gamma
+    from nanospec.proposers import check_gamma
     from viz.race import RaceApp
 
     settings = live_settings(args)

@@ -1,7 +1,8 @@
-"""The demo's keys: `KEYS`, the bindings (the key bar lists the shown ones, in this order), and
-`KeyActions`, what each key does: the player's moves (play, step, round, cursor, speed,
-restart) and, in a live run, the settings keys that start a new run (edit, γ, greedy, method),
-plus help and save.
+"""The demo's keys: `KEYS`, the bindings, and `KeyActions`, what each key does.
+
+`KEYS` are the bindings (the key bar lists the shown ones, in this order). `KeyActions` holds
+what each key does: the player's moves (play, step, round, cursor, speed, restart) and, in a
+live run, the settings keys that start a new run (edit, γ, greedy, method), plus help and save.
 
 `KeyActions` is mixed into `DemoApp` (app.py): its methods read and set the app's reactives
 (`pos`, `playing`, `speed`, `cursor`) and call its `start_run`, `_frame` and `say`.

@@ -1,5 +1,6 @@
-"""The help screen (`?`): what every symbol and number on the demo's screen means, and why the
-output stays exact.
+"""The help screen (`?`): what every symbol and number on the demo's screen means.
+
+It also says why the output stays exact.
 
 A modal screen over the demo; `?`, Escape or q closes it. The text is plain data (`HELP`), so
 it reads the same here as in the test that checks every symbol the screen draws is explained.

@@ -6,9 +6,8 @@ so JAX never runs on the UI thread; everything else here is cheap Python the UI 
 so the UI can say "compiling…" while it happens and round 1's times are a round's, not XLA's.
 The loop itself is nanospec's step-wise driver, `rounds()` of the loop `decode.make_loop`
 builds (for method "ar" a Decoder: one round per token, no drafts), and each round becomes
-events with
-`events_from_step` — exactly what `nanospec generate --trace` records, so a live run and its
-saved trace replay identically.
+events with the loop's own `events` — exactly what `nanospec generate --trace` records, so a
+live run and its saved trace replay identically.
 
 Static vs traced (see nanospec/speculative.py): changing γ, the method or the prompt's length
 bucket compiles new programs; temperature, top-k, top-p, the seed and the prompt's tokens are
@@ -24,14 +23,14 @@ from dataclasses import replace
 import jax
 
 from nanospec.cache import capacity
-from nanospec.decode import METHODS, Bundle, make_loop
-from nanospec.errors import UserError
+from nanospec.decode import Bundle, make_loop
 from nanospec.generate import bucket, pad_prompts
+from nanospec.methods import DRAFTING
 from nanospec.sampling import SamplingParams
-from nanospec.trace import compile_event, events_from_step, run_start
+from nanospec.trace import compile_event, run_start
 from viz.settings import Settings
 
-SPECULATIVE = tuple(m for m in METHODS if m != "ar")  # every drafting method the loop supports
+SPECULATIVE = DRAFTING  # every drafting method (the demo's m key cycles through them)
 
 
 class LiveRun:
@@ -39,18 +38,15 @@ class LiveRun:
 
     def __init__(self, bundle: Bundle, settings: Settings):
         settings.check()
-        if settings.method not in METHODS:
-            raise UserError(f"Unknown method {settings.method!r}; choose one of "
-                            f"{', '.join(METHODS)}.")
         self.bundle, self.settings = bundle, settings
         self.cfg = bundle.models["target"][0]
         self.prompt_ids = bundle.tok.encode_prompt(settings.prompt)
-        self.autoregressive = settings.method == "ar"
         loop, self.dparams = make_loop(bundle, settings.method, settings.gamma)
+        self.autoregressive = loop.drafter is None
         loop.check([len(self.prompt_ids)], settings.max_new)
         self._block = loop.block  # the cache slack a round writes: γ+1, 2γ+1 for SSD, 1 for AR
         self.loop = replace(loop, capacity=self._capacity)
-        self.drafter = None if self.autoregressive else loop.drafter
+        self.drafter = loop.drafter
         self.programs = None  # compile() fills it in
 
     @property
@@ -72,10 +68,8 @@ class LiveRun:
                           0 if self.autoregressive else s.gamma, s.temperature, s.top_k, s.top_p,
                           s.seed, target=self.cfg.name,
                           drafter="none" if self.autoregressive else self.drafter.name)
-        if s.method == "ssd":  # as `nanospec generate --trace` records it; the cache panel
-            event.update(fanout=list(self.loop.fanout), saguaro_c=self.loop.saguaro_c,
-                         backup=self.loop.backup)  # says which backup drafts after a miss
-        return event
+        event.update(self.loop.settings())  # as `nanospec generate --trace` records it (SSD's
+        return event  # cache panel says which backup drafts after a miss)
 
     def _inputs(self):
         s = self.settings
@@ -99,4 +93,4 @@ class LiveRun:
         steps = self.loop.rounds(self.bundle.models["target"][2], self.dparams, tokens, lengths,
                                  key, sp, self.settings.max_new, self.programs)
         for r, rnd in enumerate(steps):
-            yield events_from_step(rnd.trace, self.bundle.tok, r, rnd.seconds)
+            yield self.loop.events(rnd.trace, self.bundle.tok, r, rnd.seconds)

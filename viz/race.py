@@ -1,5 +1,6 @@
-"""Race mode (`nanospec demo --race`): autoregressive decoding and a speculative method, side by
-side, the text growing in both panes at the speed each really runs.
+"""Race mode (`nanospec demo --race`): autoregressive decoding against a speculative method.
+
+The two run side by side, the text growing in both panes at the speed each really runs.
 
     ╭─ ar · autoregressive ──────────────────╮╭─ draft · speculative γ=4 ──────────────╮
     │ The capital of France is Paris. France ││ The capital of France is Paris. France │

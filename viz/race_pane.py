@@ -1,5 +1,7 @@
-"""`RacePane`, race mode's widget for one method: the prompt and the text so far, scrolled to
-the end, over its counter line (`counter`). race.py decides what each pane shows and when.
+"""`RacePane`: race mode's widget for one method, its text so far over its counter line.
+
+It shows the prompt and the text so far, scrolled to the end, over its counter line
+(`counter`). race.py decides what each pane shows and when.
 """
 
 from rich.text import Text

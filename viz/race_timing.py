@@ -1,5 +1,7 @@
-"""How race mode (race.py) times its two runs, and what it keeps of them: a `Lane` per method,
-and the verdict at the finish. race.py's worker thread calls these; nothing here draws.
+"""How race mode (race.py) times its two runs, and what it keeps of them.
+
+It keeps a `Lane` per method, and the verdict at the finish. race.py's worker thread calls
+these; nothing here draws.
 
 Honesty first: run at the same time, the two would fight for the same CPU cores, and the slower
 one would look slower than it is. So the worker compiles both programs and warms each up

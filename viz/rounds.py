@@ -11,7 +11,7 @@ Worked example (γ = 3, the draft proposed ' Paris', ' and', ' the'):
     draft ×3 -> verify -> accept ' Paris', reject ' and', discard ' the' -> resample ' is'
     Round(accepted=1, judged=2, extra=Extra("resample", ' is', ...), emitted_text=" Paris is")
 
-An SSD round (nanospec/ssd.py) also carries its `ssd` event as `Round.ssd`, a `Speculation`:
+An SSD round (nanospec/ssd/loop.py) also carries its `ssd` event as `Round.ssd`, a `Speculation`:
 where this round's drafts came from, how the round ended, and the cache it built for the next
 round; other methods' rounds (and traces from before SSD) have `ssd = None`.
 

@@ -1,5 +1,6 @@
-"""The player's speeds, shared by the demo (app.py) and race mode (race.py): one ladder of
-powers of two, the `+` / `-` keys that climb it, and how a speed is written.
+"""The player's speeds, shared by the demo (app.py) and race mode (race.py).
+
+Here: one ladder of powers of two, the `+` / `-` keys that climb it, and how a speed is written.
 
     >>> step_speed(1.0, 2), step_speed(16.0, 1), step_speed(0.25, -1, DEMO_SPEEDS)
     (4.0, 16.0, 0.25)

@@ -1,5 +1,7 @@
-"""`Toasts`, mixed into both apps (the demo and race mode): `say`, the one way they post a
-message, which does not stack copies of a message that is still on screen.
+"""`Toasts`, mixed into both apps (the demo and race mode): how they post a message.
+
+Its `say` is the one way they post a message, and it does not stack copies of a message that
+is still on screen.
 """
 
 import time

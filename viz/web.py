@@ -1,4 +1,4 @@
-"""`nanospec demo --web`: the visualiser in browsers, so a workshop room can follow one machine.
+"""`nanospec demo --web`: the visualiser in browsers, so a workshop can follow one machine.
 
 textual-serve runs a small web server whose page is a terminal (xterm.js). Every browser that
 opens the page gets a demo of its own: the server starts one process per connection and speaks

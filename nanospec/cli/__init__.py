@@ -34,17 +34,12 @@ from nanospec import SHIPPED, compile_cache
 from nanospec.cli.args import check_sampling, float_arg, int_in  # noqa: F401
 from nanospec.cli.commands import cmd_bench, cmd_eval, cmd_exercise, cmd_generate, cmd_train
 from nanospec.errors import UserError
+from nanospec.methods import METHODS
 
 DEFAULT_CKPT = SHIPPED
 
 
-# The methods as the CLI lists them (decode.METHODS is the same list; this file avoids importing
-# JAX just to build the parser).
-METHOD_HELP = {"ar": "autoregressive", "draft": "speculative with the draft model",
-               "ngram": "prompt lookup", "medusa": "Medusa heads", "eagle": "EAGLE head",
-               "mtp": "multi-token prediction heads",
-               "ssd": "speculative speculative decoding (the draft model pre-drafts the next "
-                      "round)"}
+METHOD_HELP = {name: m.help for name, m in METHODS.items()}  # the method table (methods.py)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -185,7 +180,7 @@ def add_serve(sub) -> None:
 
 
 def add_loadtest(sub) -> None:
-    """`nanospec loadtest`'s arguments (measure/loadtest.py)."""
+    """`nanospec loadtest`'s arguments (load/loadtest.py)."""
     t = sub.add_parser("loadtest", help="load `nanospec serve` over HTTP: throughput and "
                                         "latency percentiles against concurrency")
     t.add_argument("--strategies", default=None,

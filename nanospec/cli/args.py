@@ -81,7 +81,7 @@ def parse_tree(args):
 def ssd_options(args):
     """generate's --fanout, --saguaro-c and --backup as ssd.SSDOptions (they need --method ssd);
     the fan-out's shape is checked against γ when the loop is built."""
-    from nanospec.ssd_fanout import SSDOptions
+    from nanospec.ssd.fanout import SSDOptions
     given = {name: value for name, value in (("fanout", args.fanout),
                                               ("saguaro_c", args.saguaro_c),
                                               ("backup", args.backup)) if value is not None}

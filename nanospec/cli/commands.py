@@ -1,8 +1,8 @@
-"""What each `nanospec` subcommand does once its arguments are parsed (cli/__init__.py builds the parser).
+"""What each `nanospec` subcommand does once its arguments are parsed.
 
-Every function here takes argparse's namespace. JAX, the models and the measurement code load
-inside the commands, so building the parser (which every command, `demo` included, does first)
-stays cheap.
+cli/__init__.py builds the parser. Every function here takes argparse's namespace. JAX, the
+models and the measurement code load inside the commands, so building the parser (which every
+command, `demo` included, does first) stays cheap.
 """
 
 import json
@@ -189,7 +189,7 @@ def cmd_bench(args) -> None:
 
 def _bench_methods(text: str) -> list[str]:
     """bench --methods ar,draft -> ["ar", "draft"], every one a known method."""
-    from nanospec.decode import METHODS
+    from nanospec.methods import METHODS
     methods = [m.strip() for m in text.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:

@@ -1,7 +1,9 @@
-"""`nanospec loadtest`, the command: its flags read into a measure.loadtest.Plan, every mistake
-one sentence before anything starts; then the sweep, the tables, the JSON (and plots).
+"""`nanospec loadtest`, the command: check the flags, then run the sweep and report it.
 
-What this file deliberately leaves out: the load test itself (measure/loadtest.py).
+Its flags are read into a `load.loadtest.Plan`, every mistake one sentence before anything
+starts; then the sweep, the tables, the JSON (and plots).
+
+What this file deliberately leaves out: the load test itself (load/loadtest.py).
 """
 
 import json
@@ -15,10 +17,11 @@ from rich.console import Console
 from nanospec.cli.args import check_sampling, int_list
 from nanospec.errors import UserError
 from nanospec.fileio import atomic_write, check_output
-from nanospec.measure import loadtest_report as report
-from nanospec.measure.launched import healthy, served_model
-from nanospec.measure.loadtest import METHODS, STRATEGIES, Plan, print_report, sweep
+from nanospec.load import report
+from nanospec.load.launched import healthy, served_model
+from nanospec.load.loadtest import METHODS, STRATEGIES, Plan, print_report, sweep
 from nanospec.measure.workloads import WORKLOADS
+from nanospec.methods import METHODS as REGISTRY
 
 
 def plan_from(args) -> Plan:
@@ -49,9 +52,10 @@ def plan_from(args) -> Plan:
     method = args.method or "draft"
     if method not in METHODS:
         raise UserError(f"--method takes one of {', '.join(METHODS)}, got {method!r}.")
-    if method == "eagle" and {"adaptive", "vllm-disable"} & set(strategies):
-        raise UserError("adaptive and vllm-disable switch a chain drafter on and off (--method "
-                        "draft or ngram); with --method eagle choose --strategies ar,draft.")
+    if not REGISTRY[method].adaptive and {"adaptive", "vllm-disable"} & set(strategies):
+        switchable = " or ".join(m for m in METHODS if REGISTRY[m].adaptive)
+        raise UserError(f"adaptive and vllm-disable switch a chain drafter on and off (--method "
+                        f"{switchable}); with --method {method} choose --strategies ar,draft.")
     workloads = args.workloads.split(",")
     known = (*WORKLOADS, "mixed")
     if not set(workloads) <= set(known):

@@ -1,4 +1,4 @@
-"""The exercises of lessons/exercises/, and `check`, which runs one against a learner's file."""
+"""The exercises of lessons/exercises/ and `check`, which runs one against a learner's file."""
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass

@@ -1,0 +1,1 @@
+"""Draft heads that read the target's features (Medusa, EAGLE, MTP): modules and drafters."""

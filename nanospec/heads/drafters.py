@@ -1,7 +1,8 @@
-"""Drafting from the target's features: the Medusa, EAGLE and MTP drafters (heads/modules.py has the
-modules, training/heads.py trains them).
+"""Drafting from the target's features: the Medusa, EAGLE and MTP drafters.
 
-They follow the protocol in drafters.py, with `dparams = drafter.prepare(head_params,
+heads/modules.py has the modules, and training/heads.py trains them.
+
+The drafters follow the protocol in drafters.py, with `dparams = drafter.prepare(head_params,
 target_params)`, made once at load: the heads reuse the target's embedding, final LayerNorm and
 output layer, so the target's parameters travel in too (the same buffers — nothing is copied);
 EAGLE adds its projection folded into the output layer and its input layer (EagleFold).
@@ -47,7 +48,7 @@ from flax import nnx
 from nanospec.cache import rollback, run_if
 from nanospec.drafters import Drafter, tail
 from nanospec.heads.modules import HeadConfig
-from nanospec.sampling import sample_rows, sampling_probs, split
+from nanospec.sampling import sample_rows, sampling_probs, split_keys
 
 
 def _at(x: jax.Array, index: jax.Array) -> jax.Array:
@@ -78,6 +79,12 @@ class FeatureDrafter(Drafter):
     graphdef: Any  # the head's
     hc: HeadConfig
     target_graphdef: Any  # to reuse the target's embedding, ln_f and output layer
+    reads_features = True  # it drafts from the target's features
+
+    @classmethod
+    def load(cls, models, name):
+        hc, graphdef, params = models[name]
+        return cls(graphdef, hc, models["target"][1]), params
 
     @property
     def name(self) -> str:
@@ -147,7 +154,7 @@ class MedusaDrafter(LastFeature):
         w = self.output_layer(target)  # (K, C), read once per round
         feats = self.features(heads, target, feat, length)[:, :gamma]  # (B, γ, C)
         q = sampling_probs(self.draft_logits(w, feats), sp)  # (B, γ, V)
-        keys = split(key, gamma)
+        keys = split_keys(key, gamma)
         drafts = jnp.stack([sample_rows(keys[i], q[:, i]) for i in range(gamma)], axis=1)  # (B, γ)
         return drafts, q, feat
 
@@ -176,7 +183,7 @@ class MTPDrafter(LastFeature):
         """γ drafts (B, γ) and their laws (B, γ, V)."""
         heads, target = self.parts(dparams)
         w = self.output_layer(target)
-        keys = split(key, gamma)
+        keys = split_keys(key, gamma)
         h, token = feat, seq[jnp.arange(seq.shape[0]), length - 1]  # (B, C), (B,) = y
         drafts, qs = [], []
         for k in range(gamma):  # γ ≤ K: unrolled, each depth has its own weights
@@ -223,8 +230,8 @@ class EagleDrafter(FeatureDrafter):
     dparams = (head, target, EagleFold): a draft step works at the layer's width throughout.
     It reads M (192 × 1,398) instead of the output rows at the target's width (384 × 1,398),
     and A (192 × 192) plus one row of E instead of P (192 × 384) and all of fc (768 × 192).
-    Committed pairs still go through fc with the target's real features (`_read`). Measured
-    side by side, the two folds cut EAGLE's c by about a quarter (README).
+    Committed pairs still go through fc with the target's real features (`_read`). What the
+    folds save: docs/results.md, "Why the code is shaped as it is".
     """
 
     def prepare(self, head_params, target_params):
@@ -300,7 +307,7 @@ class EagleDrafter(FeatureDrafter):
         from the target's law on f₀, then the real pair (f₀, x₁) at position 0 where another
         row feeds (f̂, x₁); the rest is the same for every row."""
         head, target = self.parts(dparams)
-        keys = split(key, gamma)
+        keys = split_keys(key, gamma)
         q1 = self.law(dparams, h, sp)  # (B, V); cache holds L−1 pairs; project(h) = f̂_{L−1}
         if one is not None:
             f0 = self.first_feature(dparams, seq)  # (B, C)

@@ -60,6 +60,7 @@ from nanospec.measure.probes import FORWARD_CALLS, extra_cost
 from nanospec.measure.tables import print_bench
 from nanospec.measure.timing import Costs, full_models, probe_pool, time_pool, warm_up
 from nanospec.measure.workloads import workload_prompts
+from nanospec.methods import METHODS
 from nanospec.sampling import SamplingParams
 from nanospec.trace import metrics
 from nanospec.trees.grow import grows_trees
@@ -98,7 +99,7 @@ def plan_runs(bundle, methods, gammas, trees: dict | None = None) -> tuple[list,
     grow no trees. A method left with none of the γ values is refused: silently dropping it would
     leave a table that looks complete."""
     runs, skipped = [], []
-    drafters = {m: bundle.drafter(m)[0] for m in methods if m != "ar"}
+    drafters = {m: bundle.drafter(m)[0] for m in methods if METHODS[m].drafter}
     for m, drafter in drafters.items():
         most, _ = drafter_limits(drafter)
         fit = [gm for gm in gammas if most is None or gm <= most]
@@ -113,9 +114,8 @@ def plan_runs(bundle, methods, gammas, trees: dict | None = None) -> tuple[list,
     for label, tree in (trees or {}).items():
         for m, drafter in drafters.items():
             most, grows_trees = drafter_limits(drafter)
-            if m == "ssd":
-                skipped.append({"method": m, "tree": label,
-                                "reason": "ssd pre-drafts a chain for each outcome it guesses"})
+            if METHODS[m].refuses_tree:
+                skipped.append({"method": m, "tree": label, "reason": METHODS[m].refuses_tree})
             elif not grows_trees:
                 skipped.append({"method": m, "tree": label,
                                 "reason": f"{m} proposes a single continuation"})

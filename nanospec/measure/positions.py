@@ -35,9 +35,9 @@ from nanospec.decode import make_loop
 from nanospec.errors import UserError
 from nanospec.generate import pad_prompts
 from nanospec.model import forward
+from nanospec.proposers import check_gamma
 from nanospec.rounds import generated
 from nanospec.sampling import GREEDY
-from nanospec.speculative import check_gamma
 from nanospec.trace import metrics
 
 # A greedy text may part from another at T = 0 only where the target's top two logits are

@@ -26,6 +26,7 @@ from nanospec.cache import init_cache, rollback
 from nanospec.generate import Decoder, pad_prompts
 from nanospec.heads.modules import KINDS
 from nanospec.model import count_params, forward
+from nanospec.rounds import prefill_program
 from nanospec.sampling import GREEDY, SamplingParams
 from nanospec.speculative import Speculator
 
@@ -143,7 +144,7 @@ def round_probe(target, drafter, dparams, prompt: list[int], gamma: int,
     cfg, g, p = target
     tokens, lengths = pad_prompts([prompt], cfg.n_ctx)
     spec = Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=gamma, eos_id=-1)
-    state = jax.jit(spec.prefill)(p, dparams, tokens, lengths, jax.random.key(0))
+    state = prefill_program(spec, p, dparams, tokens, lengths, jax.random.key(0))
 
     @jax.jit
     def loop(params, dparams, dstate, cache, seq, length, sp):

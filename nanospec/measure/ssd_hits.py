@@ -3,7 +3,7 @@
     python -m nanospec.measure.ssd_hits [--json runs/ssd_hits.json] [--prompts 16]
                                         [--copies 16] [--tokens 64]
 
-For the facts workload, γ = 4, at T = 0 and T = 1, it runs SSD (ssd.py) fused over a batch of
+For the facts workload, γ = 4, at T = 0 and T = 1, it runs SSD (ssd/loop.py) fused over a batch of
 prompts (at T = 1 each prompt `--copies` times: a hit rate needs thousands of rounds to be
 known to a percent) and reads the loop's counters: the hit rate (rounds whose drafts were ready in the
 cache, over every round but each row's first, which has no cache yet), the draft acceptance
@@ -36,7 +36,7 @@ from nanospec.generate import pad_prompts
 from nanospec.measure.tables import table
 from nanospec.measure.workloads import workload_prompts
 from nanospec.sampling import SamplingParams
-from nanospec.ssd_fanout import SSDOptions, geometric_fanout
+from nanospec.ssd.fanout import SSDOptions, geometric_fanout
 from nanospec.trace import metrics
 
 GAMMA = 4

@@ -1,5 +1,7 @@
-"""What SSD's overlap is worth: its costs measured, its time per token predicted for separate
-hardware, and AR / SD / SSD measured side by side with two JAX devices. A script.
+"""What SSD's overlap is worth: its time per token, predicted and measured. A script.
+
+It measures SSD's costs, predicts its time per token for separate hardware, and measures
+AR / SD / SSD side by side with two JAX devices.
 
     python -m nanospec.measure.ssd_timeline [--json runs/ssd_timeline.json] [--prompts 4]
                                             [--tokens 64] [--repeats 3] [--fanouts 1,2]
@@ -31,7 +33,7 @@ machine there are two devices; on two GPUs it uses them as they are. For the fac
    — so the table adds SSD predicted with a build that costs one draft round (T_c = T_b).
 3. **Measured**, every run timed round-robin with the others (the machine is shared: ratios
    are taken within a repeat), whole generations (prefill included): AR and SD fused
-   (`Loop.run`), SSD fused on one device, and SSD's two-device driver (ssd_devices.py) with
+   (`Loop.run`), SSD fused on one device, and SSD's two-device driver (ssd/devices.py) with
    the target on device 0 and the drafter on device 1 — and on device 0 alone, to separate
    the driver's own cost (a host round trip per round) from the overlap.
 
@@ -66,10 +68,9 @@ from nanospec.measure.probes import interleaved_samples
 from nanospec.measure.tables import table
 from nanospec.measure.workloads import workload_prompts
 from nanospec.sampling import SamplingParams
-from nanospec.speculative import Speculation
-from nanospec.ssd import SSDSpeculator
-from nanospec.ssd_devices import run_two_devices
-from nanospec.ssd_fanout import SSDOptions
+from nanospec.ssd.devices import run_two_devices
+from nanospec.ssd.fanout import SSDOptions
+from nanospec.ssd.loop import SSDSpeculator
 
 TEMPERATURES = (0.0, 1.0)
 
@@ -124,12 +125,12 @@ def probe(spec: SSDSpeculator, params, dparams, tokens, lengths, key, sp, max_ne
 
     def verify(params, dparams, after, drafted, sp, i):
         d = drafted._replace(drafts=shifted(drafted.drafts, i))
-        new, step = Speculation.verify(spec, params, dparams, after, d, sp, max_new)
+        new, step = spec.judge_and_commit(params, dparams, after, d, sp, max_new)
         return jnp.sum(new.length) + jnp.sum(step.verdict.token), new.cache, after.dstate.draft
 
     def build(params, dparams, after, drafted, sp, i):
         d = drafted._replace(drafts=shifted(drafted.drafts, i))
-        c = spec.build(dparams, after, d, sp)
+        c = spec.proposer.build(dparams, after, d, sp)
         return jnp.sum(c.drafts), after.cache, c.draft
 
     def draft_step(hit: bool):

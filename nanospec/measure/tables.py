@@ -1,4 +1,4 @@
-"""How `nanospec bench` and `nanospec eval` print: one wide table, or narrower ones that fit 80 columns.
+"""How `nanospec bench` and `nanospec eval` print: one wide table, or several for 80 columns.
 
 The benchmark reports 17 numbers per row. In one table they need about 150 columns; squeezed
 into a terminal of 80, rich shortens every cell to "…" and the table says nothing. So each

@@ -1,4 +1,4 @@
-"""Running and timing `nanospec bench`'s programs (bench.py plans the runs and reads the report).
+"""Running and timing `nanospec bench`'s programs (bench.py plans the runs, reads the report).
 
 Three phases: every program is compiled and run once on every prompt, counting acceptances;
 everything to be timed goes into one round-robin pool (probes.py times it); the medians become

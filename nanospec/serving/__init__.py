@@ -1,0 +1,1 @@
+"""Serving: the continuous-batching engine, adaptive γ, the OpenAI-compatible HTTP server."""

@@ -1,5 +1,6 @@
-"""Adaptive speculation: choose γ for every engine step — 0 (plain decoding) where drafting
-does not pay, more where it does.
+"""Adaptive speculation: choose γ for every engine step, by whether drafting pays.
+
+Each step gets γ = 0 (plain decoding) where drafting does not pay, and more where it does.
 
 Why γ should move at all: a round at γ costs one target pass over γ+1 tokens per slot plus
 γ draft steps, and yields E[tokens] = (1 − α^{γ+1}) / (1 − α) per slot (α: the acceptance
@@ -12,7 +13,7 @@ the batch the engine computes and on α, and the answer can be 0.
     engine = Engine(loop, params, dparams, slots=32, policy=policy)
     engine.probe(prompt)                 # measures what one step costs at each γ, here
 
-Three policies, so that they can be compared side by side (measure/crossover.py):
+Three policies, so that they can be compared side by side (load/crossover.py):
 
 - `Fixed(γ)`: always γ — what a plain speculative server does;
 - `DisableByBatchSize(γ, n)`: vLLM's rule, γ until n requests run at once, then 0;
@@ -29,8 +30,8 @@ is the sample: at T > 0 the same seed gives different tokens under a different �
 
 A γ = 0 step (`plain_round`) is plain decoding on the speculator's own state: one target pass
 over one token, a token drawn from p. The draft model is not run, and its cache falls behind;
-it is rebuilt from the committed text in one pass when drafting resumes (steps.redraft:
-measured, 1 to 2 decode steps' time, where feeding it every plain step costs 5% of each).
+it is rebuilt from the committed text in one pass when drafting resumes (steps.redraft: cheaper
+than feeding it every plain step; docs/results.md, "Why the code is shaped as it is").
 
 What this file leaves out: per-request γ (every slot takes the step's γ), and tree shapes.
 """

@@ -1,4 +1,4 @@
-"""A continuous-batching engine: decode slots that requests enter and leave while others decode.
+"""A continuous-batching engine: decode slots that requests enter and leave as others decode.
 
 JetStream's shape (prefill, insert into a free slot, one generate step for every slot), with
 any nanospec loop — autoregressive or speculative — as the step:
@@ -17,8 +17,9 @@ seed it emits the tokens of `loop.run` on that prompt at batch 1, whatever else 
 (tests/test_engine.py). Rows that finished, and free slots, are rows the loop already skips.
 
 Not `jax.vmap` of a batch-1 round (this engine's first form): under vmap the loop's skips
-(`cache.run_if`) become selects over whole caches — an AR step over 8 slots cost 24.6 ms that
-way, 14.3 ms as one batch (3.3 ms for one slot): vmap hid the batching this engine measures.
+(`cache.run_if`) become selects over whole caches, and a step cost nearly twice as much as one
+batch does (docs/results.md, "Why the code is shaped as it is"): vmap hid the batching this
+engine measures.
 
 Static shapes, so nothing recompiles as requests come and go: the slot count and the cache
 capacity (the whole context) are fixed; a prompt is prefilled at batch 1 in its length's
@@ -45,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nanospec.drafters import DraftModel, take_rows
+from nanospec.drafters import take_rows
 from nanospec.errors import UserError
 from nanospec.generate import bucket, pad_prompts
 from nanospec.sampling import SamplingParams
@@ -121,7 +122,7 @@ class Engine:
                                 spec.prefill(p, dp, tokens, lengths, key))
         self._insert = jax.jit(put_row, donate_argnums=0)
         # subtle: one jitted closure per γ, not the loop as a static argument — jit would hash
-        # the loop (its model graph included) on every call, about 2 ms of host time a step.
+        # the loop (its model graph included) on every call, milliseconds of host time a step.
         width = max(spec_g.depth for spec_g in self.loops.values()) + 1  # most tokens a step adds
         self._steps = {g: jax.jit(self._emitting(round_at(g, spec_g), width), donate_argnums=2)
                        for g, spec_g in self.loops.items()}
@@ -280,7 +281,7 @@ class Engine:
         if self._ended is not None and self.policy is not None:
             self.policy.between(called - self._ended)  # the caller's own work between steps
         gamma = self.choose_gamma() if gamma is None else gamma
-        if gamma and self.paused and isinstance(self.loop.drafter, DraftModel):
+        if gamma and self.paused:
             self.state = jax.block_until_ready(self._redraft(self.dparams, self.state))
         self.paused = gamma == 0
         self.steps_at[gamma] = self.steps_at.get(gamma, 0) + 1

@@ -35,12 +35,12 @@ import sys
 from dataclasses import replace
 
 from nanospec.errors import UserError
+from nanospec.methods import METHODS
 from nanospec.serving.engine import Engine
 from nanospec.serving.scheduler import Scheduler
 
 # vLLM's --speculative-config method names -> nanospec's (eagle3 drafts like EAGLE here).
-VLLM_METHODS = {"draft_model": "draft", "ngram": "ngram", "medusa": "medusa", "eagle": "eagle",
-                "eagle3": "eagle", "mtp": "mtp"}
+VLLM_METHODS = {m.vllm: name for name, m in METHODS.items() if m.vllm} | {"eagle3": "eagle"}
 SPEC_KEYS = {"method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min",
              "disable_by_batch_size"}
 

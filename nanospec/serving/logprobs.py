@@ -1,5 +1,7 @@
-"""OpenAI's `logprobs` and `echo` for a completion's choice: the target's log-probability of each
-token, the likeliest alternatives at each position, and where each token begins in the text.
+"""OpenAI's `logprobs` and `echo` for a completion's choice, as the target scores it.
+
+They give the target's log-probability of each token, the likeliest alternatives at each
+position, and where each token begins in the text.
 
     {"tokens": [" Paris", ","], "token_logprobs": [-0.92, -2.1],
      "top_logprobs": [{" Paris": -0.92, " Lyon": -2.3}, {".": -0.4, ",": -2.1}],

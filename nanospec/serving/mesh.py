@@ -1,5 +1,7 @@
-"""Scale-out with XLA SPMD: the engine's slots split over a `data` axis of devices, the target's
-weights split tensor-parallel over a `model` axis.
+"""Scale-out with XLA SPMD: the engine's slots and the target's weights split over devices.
+
+The engine's slots are split over a `data` axis of devices, the target's weights
+tensor-parallel over a `model` axis.
 
     mesh = make_mesh(data=2, model=2)          # 4 devices
     engine = Engine(loop, params, dparams, slots=8, mesh=mesh)

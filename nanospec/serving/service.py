@@ -1,6 +1,8 @@
-"""What the HTTP handlers share (server.py): `Service` — the served model's name, tokenizer
-and engine thread, and how a request body becomes jobs and a reply — and `Choices`, one
-request's jobs (one per choice) read as a single stream of deltas.
+"""What the HTTP handlers share (server.py): `Service` and `Choices`.
+
+`Service` holds the served model's name, tokenizer and engine thread, and knows how a request
+body becomes jobs and a reply; `Choices` is one request's jobs (one per choice) read as a
+single stream of deltas.
 """
 
 import asyncio

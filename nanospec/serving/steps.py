@@ -4,7 +4,7 @@
   capacity so that they share one state;
 - `round_at`: a speculative round over every row (`one_round`), or at γ = 0 a plain one
   (serving/adaptive.plain_round);
-- `redraft`: the draft cache rebuilt from the committed text, when drafting resumes;
+- `redraft`: the proposer's state rebuilt from the committed text, when drafting resumes;
 - `put_row`: a batch-1 state (a prefilled request) copied into one row of the batch.
 """
 
@@ -15,10 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from nanospec.cache import capacity as cache_capacity
-from nanospec.drafters import DraftModel, PromptLookup
 from nanospec.errors import UserError
 from nanospec.serving.adaptive import plain_round
-from nanospec.speculative import Speculator
 
 
 def put_row(rows, one, at):
@@ -39,14 +37,15 @@ def put_row(rows, one, at):
 def one_round(spec, p, dp, state, sp, max_new):
     """A round of `spec` over every row -> (state, drafts proposed, drafts accepted), per row."""
     state, trace = spec.step(p, dp, state, sp, max_new)
-    live, drafted, accepted, *_ = spec.counts(trace)
+    live, drafted, accepted, *_ = trace.counts()
     return state, jnp.where(live, drafted, 0), jnp.where(live, accepted, 0)
 
 
-def slots_for(n_ctx: int, block: int) -> int:
-    """Cache slots for a row of up to `n_ctx` tokens (the engine's max_len): cache.capacity,
-    rounded up to a multiple of 16. subtle: measured at 32 slots, a step over 260 slots (256 + a γ = 4 block's
-    slack) cost 25-30% more than over 256 or 272 — XLA's CPU kernels like round sizes."""
+def cache_size_for(n_ctx: int, block: int) -> int:
+    """Cache positions for a row of up to `n_ctx` tokens (the engine's max_len): cache.capacity,
+    rounded up to a multiple of 16. subtle: a step over 260 positions (256 + a γ = 4 block's
+    slack) cost more than one over 256 or 272 — XLA's CPU kernels like round sizes (docs/results.md,
+    "Why the code is shaped as it is")."""
     return -(-cache_capacity(n_ctx, n_ctx, 0, block) // 16) * 16
 
 
@@ -57,12 +56,12 @@ def step_loops(loop, policy, max_len: int | None = None) -> dict:
     context) so that they share one state."""
     n_ctx = max_len or loop.cfg.n_ctx
     if policy is None:
-        return {None: replace(loop, shared=False, capacity=slots_for(n_ctx, loop.block))}
-    if type(loop) is not Speculator or not isinstance(loop.drafter, (DraftModel, PromptLookup)):
+        return {None: replace(loop, shared=False, capacity=cache_size_for(n_ctx, loop.block))}
+    if loop.drafter is None or not loop.proposer.gamma_can_change:
         raise UserError("Adaptive speculation needs chain drafting by the draft model or "
                         "prompt lookup (--method draft or ngram).")
     top = max(policy.gammas)
-    return {g: replace(loop, shared=False, capacity=slots_for(n_ctx, top + 1), gamma=g or top)
+    return {g: replace(loop, shared=False, capacity=cache_size_for(n_ctx, top + 1), gamma=g or top)
             for g in sorted(set(policy.gammas) | {top})}
 
 
@@ -72,8 +71,10 @@ def round_at(gamma, spec):
 
 
 def redraft(spec, dparams, state):
-    """The draft model's cache rebuilt from every row's committed text, in one pass: how
-    drafting resumes after plain steps (`adaptive.plain_round`), which left it behind."""
+    """The proposer's state rebuilt from every row's committed text, in one pass (the draft
+    model's cache; prompt lookup has none): how drafting resumes after plain steps
+    (`adaptive.plain_round`), which left it behind."""
     n_ctx = spec.cfg.n_ctx
-    return state._replace(dstate=spec.drafter.init(dparams, state.seq[:, :n_ctx], state.length,
-                                                   None, spec.slots))
+    return state._replace(dstate=spec.proposer.resync(dparams, state.dstate,
+                                                      state.seq[:, :n_ctx], state.length,
+                                                      spec.cache_size))

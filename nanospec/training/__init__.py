@@ -1,0 +1,1 @@
+"""Training the shipped models: tokenizer, target and draft (lm.py), heads (heads.py)."""

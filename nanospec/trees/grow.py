@@ -42,7 +42,7 @@ from nanospec.heads.drafters import (
     zeros_like_output,
 )
 from nanospec.model import forward
-from nanospec.sampling import fold, row_keys, sample, sampling_probs
+from nanospec.sampling import fold_keys, row_keys, sample, sampling_probs
 from nanospec.trees.tree import Tree, tree_positions
 
 
@@ -89,7 +89,7 @@ def pick_children(key, grown: Grown, q_nodes, tree: Tree, depth: int, top: bool)
         x = jnp.take_along_axis(best, jnp.asarray(sibling_rank(tree))[None, :, None], axis=2)[..., 0]
         q = jax.nn.one_hot(x, law.shape[-1], dtype=jnp.float32)
     else:
-        node_keys = jax.vmap(lambda c: fold(key, c))(jnp.arange(tree.size))
+        node_keys = jax.vmap(lambda c: fold_keys(key, c))(jnp.arange(tree.size))
         draw = lambda k, probs: jax.vmap(sample)(row_keys(k, probs.shape[0]), probs)  # (B,)
         x = jax.vmap(draw, in_axes=(0, 1), out_axes=1)(node_keys, law)  # (B, N)
         q = law
@@ -137,7 +137,7 @@ def _draft_model(drafter: DraftModel, dparams, cache, seq, length, key, sp, tree
         logits, _, written = forward(drafter.graphdef, dparams, grown.tokens, positions, cache,
                                      block_mask=mask)
         q_nodes = sampling_probs(logits, sp)  # (B, N, V): the law after each node
-        grown = pick_children(fold(key, d), grown, q_nodes, tree, d, top)
+        grown = pick_children(fold_keys(key, d), grown, q_nodes, tree, d, top)
     return grown.tokens, grown.node_q, rollback(written, length)
 
 
@@ -162,7 +162,7 @@ def _medusa(drafter: MedusaDrafter, dparams, feat, seq, length, key, sp, tree, t
     q_nodes = q_heads[:, np.minimum(tree.depth, drafter.hc.depth - 1)]  # (B, N, V)
     grown = plant(seq, length, tree, drafter.hc.vocab_size)
     for d in range(1, tree.max_depth + 1):
-        grown = pick_children(fold(key, d), grown, q_nodes, tree, d, top)
+        grown = pick_children(fold_keys(key, d), grown, q_nodes, tree, d, top)
     return grown.tokens, grown.node_q, feat
 
 
@@ -191,7 +191,7 @@ def _mtp_grow(drafter: MTPDrafter, dparams, feat, seq, length, key, sp, tree, to
         here = jnp.asarray(tree.depth == d - 1)[None, :, None]
         h_nodes = jnp.where(here, h, h_nodes)
         q_nodes = jnp.where(here, sampling_probs(drafter.draft_logits(w, out), sp), q_nodes)
-        grown = pick_children(fold(key, d), grown, q_nodes, tree, d, top)
+        grown = pick_children(fold_keys(key, d), grown, q_nodes, tree, d, top)
     return grown.tokens, grown.node_q
 
 
@@ -235,5 +235,5 @@ def _eagle_grow(drafter: EagleDrafter, dparams, state, seq, length, key, sp, tre
             hs = hs.at[:, 1:].set(jnp.where(here, h, hs[:, 1:]))
             q_nodes = q_nodes.at[:, 1:].set(jnp.where(
                 here, drafter.law(dparams, h, sp), q_nodes[:, 1:]))
-        grown = pick_children(fold(key, d), grown, q_nodes, tree, d, top)
+        grown = pick_children(fold_keys(key, d), grown, q_nodes, tree, d, top)
     return grown.tokens, grown.node_q

@@ -1,18 +1,18 @@
 """Speculative decoding with token trees: grow a tree of drafts, verify it in ONE target pass.
 
-A tree round is a chain round (speculative.py) with two steps replaced:
+A tree round is the round of speculative.py with two of its parts replaced:
 
-1. `draft`: the drafter fills a static `Tree` (tree.py) depth by depth (grow.py). Each node's
+1. the proposer (`TreeProposer`) fills a static `Tree` (tree.py) depth by depth (grow.py). Each node's
             children come from the drafter's law at that node, either `top` (its k most likely
             tokens, deterministic, so each child is a point mass: Medusa's trees) or `sample`
             (k i.i.d. draws from that law: SpecInfer's trees);
-2. `judge`: the target scores every node at once (the block is the tree's tokens, the mask its
+2. the judge (`TreeJudge`) has the target score every node at once (the block is the tree's tokens, the mask its
             ancestor matrix, positions start + depth); tree.verify_tree accepts at most one
             child per level (recursive rejection sampling) and draws the correction or bonus
             token; the accepted path's K/V move to consecutive slots (tree.compact_path), so
             the cache looks as if the path had been a chain.
 
-`verify` and `commit` are the chain's (speculative.Speculation): the accepted path is
+The round body and `commit` are the chain's (speculative.Speculation): the accepted path is
 appended exactly as a chain's accepted drafts are. Statistics count rounds by accepted depth.
 What this file deliberately leaves out: dynamic trees that reshape per round (EAGLE-2).
 """
@@ -23,12 +23,15 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from nanospec.drafters import Drafter
 from nanospec.errors import UserError
 from nanospec.model import forward
-from nanospec.rounds import at, round_keys, top_tokens
+from nanospec.proposers import Proposer
+from nanospec.rounds import prob_of, top_tokens
 from nanospec.sampling import SamplingParams, sampling_probs
-from nanospec.speculative import Judged, SpecState, Speculation, check_room
+from nanospec.speculative import Judged, SpecState, Speculation
 from nanospec.trees.grow import Grown, commit_tree, grows_trees, propose_tree
+from nanospec.trees.trace import events_from_tree_step
 from nanospec.trees.tree import Tree, compact_path, gather_path, tree_positions, verify_tree
 
 RANKING = SamplingParams.make(1.0)  # top-k siblings are ranked by the drafter's plain softmax
@@ -51,6 +54,95 @@ class TreeTrace(NamedTuple):
     extra_top: tuple  # (ids, probs) each (B, TOP): the law `token` was drawn from
     token_prob: jax.Array  # (B,) `token`'s probability under that law
     token_p: jax.Array  # (B,) ... and under the target's p at the node where the path stopped
+    n_draft: jax.Array  # (B,) int32: drafts proposed per row, counted as the tree's depth
+
+    def counts(self):
+        """(live, drafts proposed, accepted, all accepted, cached) for rounds.RoundStats."""
+        return self.live, self.n_draft, self.n_accepted, self.is_bonus, jnp.zeros_like(self.live)
+
+
+@dataclass(frozen=True)
+class TreeProposer(Proposer):
+    """The drafter grows `tree` every round, with `top`-k or sampled siblings."""
+
+    drafter: Drafter
+    tree: Tree
+    top: bool = True
+
+    @property
+    def depth(self) -> int:  # the most drafts one round can accept
+        return self.tree.max_depth
+
+    @property
+    def block(self) -> int:
+        return self.tree.size + 1
+
+    def check(self) -> None:
+        if not grows_trees(self.drafter):
+            raise UserError(f"{self.drafter.name} proposes a single continuation; token trees "
+                            f"need a drafter with a law at every node (draft, medusa, eagle or mtp).")
+        most, depth = self.drafter.max_gamma, self.tree.max_depth
+        if most is not None and depth > most:
+            raise UserError(f"{self.drafter.name} has {most} heads, so a tree can be at most "
+                            f"{most} deep; this one is {depth}.")
+
+    def settings(self) -> dict:
+        return {"tree": list(self.tree.parents), "tree_nodes": self.tree.size,
+                "siblings": "top" if self.top else "sample"}
+
+    def init(self, dparams, tokens, lengths, hidden, capacity):
+        return self.drafter.init(dparams, tokens, lengths, hidden, capacity=capacity)
+
+    def propose(self, dparams, pstate, seq, length, key, sp: SamplingParams):
+        """The drafter grows the tree. subtle: `top` siblings are point masses, so WHICH tokens
+        they are is free (exactness only needs node_q to be what was used: one-hot). Ranked
+        by the sampling law, greedy decoding would make every sibling after the first an
+        arbitrary zero-probability token (the law is one-hot), and top-k / top-p cuts would
+        tie the tail at zero the same way; ranked by the drafter's softmax at T = 1 (the same
+        order where the sampling law is not zero), the second child is the drafter's real
+        second guess (before this, greedy 2,1,1,1 trees accepted exactly what a γ = 4 chain did:
+        docs/results.md, "Why the code is shaped as it is")."""
+        tokens, node_q, pstate = propose_tree(self.drafter, dparams, pstate, seq, length, key,
+                                              RANKING if self.top else sp, self.tree, self.top)
+        return Grown(tokens, node_q), pstate
+
+    def update(self, dparams, pstate, hidden, emitted, start, length):
+        return commit_tree(self.drafter, dparams, pstate, hidden, emitted, start, length)
+
+
+@dataclass(frozen=True)
+class TreeJudge:
+    """The target's side of a tree round: one pass over the whole tree, the walk, and the
+    accepted path's compaction."""
+
+    tree: Tree
+
+    def __call__(self, loop, params, state: SpecState, grown: Grown, sp, key) -> Judged:
+        start = state.length - 1  # the root's position (and slot: the cache holds length - 1)
+        logits, hidden, cache = forward(loop.graphdef, params, grown.tokens,
+                                        tree_positions(start, self.tree), state.cache,
+                                        block_mask=jnp.asarray(self.tree.ancestor_mask))
+        made = state.n_new[:, None] + jnp.asarray(self.tree.depth)  # tokens before each p
+        p = sampling_probs(logits, sp, made)  # (B, N, V)
+        v = verify_tree(key, grown.tokens, grown.node_q, p, self.tree)
+        path_tokens = gather_path(grown.tokens, v.path)  # (B, D+1): the root first
+        n_draft = jnp.full(start.shape, self.tree.max_depth, jnp.int32)
+        return Judged(p, v, path_tokens[:, 1:], gather_path(hidden, v.path),
+                      compact_path(cache, start, v.path, self.tree), n_draft)
+
+    def record(self, loop, state: SpecState, grown: Grown, j: Judged, emitted, n_emit) -> TreeTrace:
+        """The round as a TreeTrace (XLA drops it in the fused loop, where nothing reads it)."""
+        v, p, B = j.verdict, j.p, emitted.shape[0]
+        rows, parents = jnp.arange(B)[:, None], jnp.maximum(jnp.asarray(self.tree.parents), 0)
+        stop = jnp.take_along_axis(v.path, v.n_accepted[:, None], axis=1)[:, 0]  # (B,) last node
+        q_x = jnp.take_along_axis(grown.node_q, grown.tokens[..., None], axis=2)[..., 0]
+        return TreeTrace(~state.done, state.length, grown.tokens, q_x,
+                         p[rows, parents[None, :], grown.tokens], v.path, v.n_accepted, v.token,
+                         v.is_bonus, n_emit, emitted, top_tokens(v.extra_probs),
+                         prob_of(v.extra_probs, v.token), p[jnp.arange(B), stop, v.token], j.n_draft)
+
+    def events(self, loop, trace: TreeTrace, tok, round_idx: int, seconds) -> list[dict]:
+        return events_from_tree_step(trace, tok, round_idx, self.tree, seconds)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,67 +159,9 @@ class TreeSpeculator(Speculation):
     top: bool = True
 
     @property
-    def depth(self) -> int:  # the most drafts one round can accept
-        return self.tree.max_depth
+    def proposer(self) -> TreeProposer:
+        return TreeProposer(self.drafter, self.tree, self.top)
 
     @property
-    def block(self) -> int:
-        return self.tree.size + 1
-
-    def check(self, lengths, max_new: int) -> None:
-        if not grows_trees(self.drafter):
-            raise UserError(f"{self.drafter.name} proposes a single continuation; token trees "
-                            f"need a drafter with a law at every node (draft, medusa, eagle or mtp).")
-        most, depth = self.drafter.max_gamma, self.tree.max_depth
-        if most is not None and depth > most:
-            raise UserError(f"{self.drafter.name} has {most} heads, so a tree can be at most "
-                            f"{most} deep; this one is {depth}.")
-        check_room(self.cfg, lengths, max_new, self.tree.max_depth)
-
-    def draft(self, dparams, state: SpecState, sp: SamplingParams):
-        """The drafter grows the tree. subtle: `top` siblings are point masses, so WHICH tokens
-        they are is free (exactness only needs node_q to be what was used: one-hot). Ranked
-        by the sampling law, greedy decoding would make every sibling after the first an
-        arbitrary zero-probability token (the law is one-hot), and top-k / top-p cuts would
-        tie the tail at zero the same way; ranked by the drafter's softmax at T = 1 (the same
-        order where the sampling law is not zero), the second child is the drafter's real
-        second guess. Measured: greedy 2,1,1,1 trees accepted exactly what a γ = 4 chain did
-        before this."""
-        key, _ = round_keys(state.key, state.step)
-        tokens, node_q, dstate = propose_tree(self.drafter, dparams, state.dstate, state.seq,
-                                              state.length, key, RANKING if self.top else sp,
-                                              self.tree, self.top)
-        return Grown(tokens, node_q), state._replace(dstate=dstate)
-
-    def judge(self, params, state: SpecState, grown: Grown, sp: SamplingParams) -> Judged:
-        """One target pass over the whole tree, the walk, and the path's compaction."""
-        start = state.length - 1  # the root's position (and slot: the cache holds length - 1)
-        logits, hidden, cache = forward(self.graphdef, params, grown.tokens,
-                                        tree_positions(start, self.tree), state.cache,
-                                        block_mask=jnp.asarray(self.tree.ancestor_mask))
-        made = state.n_new[:, None] + jnp.asarray(self.tree.depth)  # tokens before each p
-        p = sampling_probs(logits, sp, made)  # (B, N, V)
-        _, key = round_keys(state.key, state.step)
-        v = verify_tree(key, grown.tokens, grown.node_q, p, self.tree)
-        path_tokens = gather_path(grown.tokens, v.path)  # (B, D+1): the root first
-        return Judged(p, v, path_tokens[:, 1:], gather_path(hidden, v.path),
-                      compact_path(cache, start, v.path, self.tree))
-
-    def drafter_commit(self, dparams, dstate, hidden, emitted, start, length):
-        return commit_tree(self.drafter, dparams, dstate, hidden, emitted, start, length)
-
-    def record(self, state: SpecState, grown: Grown, j: Judged, emitted, n_emit) -> TreeTrace:
-        """The round as a TreeTrace (XLA drops it in the fused loop, where nothing reads it)."""
-        v, p, B = j.verdict, j.p, emitted.shape[0]
-        rows, parents = jnp.arange(B)[:, None], jnp.maximum(jnp.asarray(self.tree.parents), 0)
-        stop = jnp.take_along_axis(v.path, v.n_accepted[:, None], axis=1)[:, 0]  # (B,) last node
-        q_x = jnp.take_along_axis(grown.node_q, grown.tokens[..., None], axis=2)[..., 0]
-        return TreeTrace(~state.done, state.length, grown.tokens, q_x,
-                         p[rows, parents[None, :], grown.tokens], v.path, v.n_accepted, v.token,
-                         v.is_bonus, n_emit, emitted, top_tokens(v.extra_probs),
-                         at(v.extra_probs, v.token), p[jnp.arange(B), stop, v.token])
-
-    def counts(self, trace: TreeTrace):
-        """(live, drafts proposed = the tree's depth, accepted, all accepted) for RoundStats."""
-        depth = jnp.full(trace.live.shape, self.tree.max_depth, jnp.int32)
-        return trace.live, depth, trace.n_accepted, trace.is_bonus
+    def judge(self) -> TreeJudge:
+        return TreeJudge(self.tree)

@@ -26,7 +26,7 @@ from nanospec.measure.workloads import workload_prompts
 from nanospec.model import forward
 from nanospec.rounds import generated
 from nanospec.sampling import GREEDY
-from nanospec.ssd_fanout import SSDOptions
+from nanospec.ssd.fanout import SSDOptions
 from tests.conftest import SHIPPED
 
 NEAR_TIE = 1e-3  # logits; float32 block-vs-single differences are ~1e-5 here

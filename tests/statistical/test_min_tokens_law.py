@@ -34,8 +34,8 @@ from nanospec.generate import Decoder
 from nanospec.model import forward
 from nanospec.sampling import SamplingParams, sampling_probs
 from nanospec.speculative import Speculator
-from nanospec.ssd import SSDSpeculator
-from nanospec.ssd_fanout import uniform_fanout
+from nanospec.ssd.fanout import uniform_fanout
+from nanospec.ssd.loop import SSDSpeculator
 from nanospec.trees.loop import TreeSpeculator
 from nanospec.trees.tree import Tree
 from tests.statistical.laws import (

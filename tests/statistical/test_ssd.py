@@ -1,4 +1,4 @@
-"""Layers 2 and 3 for speculative speculative decoding (ssd.py): the law stays exact.
+"""Layers 2 and 3 for speculative speculative decoding (ssd/loop.py): the law stays exact.
 
 Same machinery as test_joint_law.py (tiny V = 5 transformers, the exact 4-token law by
 enumeration, N runs of the fused loop as the rows of one batch, Pearson chi-square with cells of
@@ -27,19 +27,21 @@ variant must be rejected with p < 1e-12:
     SD's, draft for draft.
 """
 
+from dataclasses import replace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import nanospec.drafters
-import nanospec.ssd
+import nanospec.ssd.loop
 from nanospec.drafters import DraftModel
 from nanospec.generate import pad_prompts
 from nanospec.sampling import SamplingParams, sample_rows
-from nanospec.ssd import SSDSpeculator, saguaro
-from nanospec.ssd_fanout import geometric_fanout, uniform_fanout
-from nanospec.verify import verify
+from nanospec.speculative import ChainJudge, exact_rule
+from nanospec.ssd.fanout import geometric_fanout, uniform_fanout
+from nanospec.ssd.loop import SSDSpeculator, saguaro
 from tests.statistical.laws import (
     PROMPT,
     PROMPT_B,
@@ -90,9 +92,9 @@ def round_by_round(pair, loop, sp, n, seed, max_new=M):
     hit, acc, live = [], [], []
     for rnd in loop.rounds(target[2], draft[2], tokens, lengths, jax.random.key(seed), sp,
                            max_new):
-        hit.append(np.asarray(rnd.trace.hit))
-        acc.append(np.asarray(rnd.trace.step.verdict.n_accepted))
-        live.append(np.asarray(rnd.trace.step.live))
+        hit.append(np.asarray(rnd.trace.cached))
+        acc.append(np.asarray(rnd.trace.verdict.n_accepted))
+        live.append(np.asarray(rnd.trace.live))
     return np.array(hit), np.array(acc), np.array(live)
 
 
@@ -125,9 +127,11 @@ def _draw_with_saguaro(key, q):  # draws from q' but the caller reports (and ver
     return sample_rows(key, saguaro(q, 1, C_BROKEN))
 
 
-def _greedy_on_miss(key, drafts, q, p, n_draft, hit):
-    """The reference code's non-JIT miss path: accept iff the draft is p's argmax, else draw p."""
-    right = verify(key, drafts, q, p, n_draft)
+def _greedy_on_miss(key, proposal, p, n_draft):
+    """The reference code's non-JIT miss path: accept iff the draft is p's argmax, else draw p.
+    (A rule for speculative.ChainJudge: it reads which drafts came from the cache.)"""
+    drafts, hit = proposal.drafts, proposal.cached
+    right = exact_rule(key, proposal, p, n_draft)
     G = drafts.shape[1]
     match = drafts == jnp.argmax(p[:, :G], axis=-1)
     n = jnp.sum(jnp.cumprod(match.astype(jnp.int32), axis=1), axis=1)
@@ -145,16 +149,19 @@ def _by_k_alone(branch_k, t, outcome):
 
 BROKEN = {
     "saguaro_verified_against_q": ((nanospec.drafters, "sample_rows", _draw_with_saguaro), 1.0),
-    "miss_accepts_the_argmax": ((nanospec.ssd, "verify_ssd", _greedy_on_miss), 1.0),
+    "miss_accepts_the_argmax": (ChainJudge(rule=_greedy_on_miss), 1.0),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("broken", BROKEN)
 def test_ssd_power(pair, break_with, broken):
-    patch, c = BROKEN[broken]
-    break_with(*patch)
+    broken_part, c = BROKEN[broken]
     loop = ssd_loop(pair, uniform_fanout(1, GAMMA), c, "neural")
+    if isinstance(broken_part, ChainJudge):  # a broken verify rule: judge with it
+        loop = replace(loop, judge=broken_part)
+    else:  # a broken sampler inside the drafter: patch it in
+        break_with(*broken_part)
     (pvalue,) = pvalues(pair, loop, SamplingParams.make(1.0), N_POWER, seed=3)
     assert pvalue < POWER, f"{broken} slipped through: p-value {pvalue:.3g}"
 
@@ -163,7 +170,7 @@ def test_ssd_power(pair, break_with, broken):
 def test_a_cache_looked_up_by_k_alone_is_exact_but_accepts_less(pair, break_with):
     sp, loop = SamplingParams.make(1.0), ssd_loop(pair, uniform_fanout(1, GAMMA), 1.0, "neural")
     hit, acc, live = round_by_round(pair, loop, sp, 2_000, seed=5, max_new=12)
-    break_with(nanospec.ssd, "lookup", _by_k_alone)
+    break_with(nanospec.ssd.loop, "lookup", _by_k_alone)
     (pvalue,) = pvalues(pair, loop, sp, N_POWER, seed=3)
     assert pvalue > THRESHOLD, f"the law moved: p-value {pvalue:.3g}"  # ...still exact
     hit_k, acc_k, live_k = round_by_round(pair, loop, sp, 2_000, seed=5, max_new=12)

@@ -12,7 +12,7 @@ import pytest
 
 from nanospec.aot import programs_compiled
 from nanospec.decode import Bundle, decode
-from nanospec.rounds import _draft_jit, _prefill_jit, _verify_jit
+from nanospec.rounds import _draft_jit, _prefill_jit, _settle_jit
 from tests.viz.pilot import run, screen_text, wait_until, widget_text
 from viz.app import DemoApp
 from viz.round_table import RoundTable
@@ -27,7 +27,7 @@ def bundle(tiny_ckpt_dir):
 
 
 def compiled_programs() -> tuple[int, int, int]:
-    return tuple(programs_compiled(f) for f in (_prefill_jit, _draft_jit, _verify_jit))
+    return tuple(programs_compiled(f) for f in (_prefill_jit, _draft_jit, _settle_jit))
 
 
 def live(bundle, **settings):

@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 
 from nanospec.errors import UserError
-from nanospec.measure.loadgen import scrape
+from nanospec.load.loadgen import scrape
 
 REPO = Path(__file__).resolve().parent.parent.parent
 SERVING = re.compile(r"nanospec: serving .* on (http://[^/\s]+)/v1")
@@ -119,7 +119,7 @@ def healthy(url: str) -> bool:
 
 
 class Servers:
-    """The servers a load test's sweep loads (measure/loadtest.py): one per strategy, started
+    """The servers a load test's sweep loads (load/loadtest.py): one per strategy, started
     with `plan.serve_flags(strategy)` and replaced when a level needs another slot count — or,
     with `plan.url`, the one running server. `progress`: a rich Progress, for a line while a
     server starts."""

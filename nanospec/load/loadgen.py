@@ -1,4 +1,4 @@
-"""A load generator for an OpenAI-compatible completions server: streamed requests, timed per chunk.
+"""A load generator for an OpenAI-compatible server: streamed completions, timed per chunk.
 
     ask = Ask(model="nanospec", max_tokens=32, temperature=0.0)
     results, seconds = asyncio.run(closed_loop("http://127.0.0.1:8000", prompts, ask, 8, 64))

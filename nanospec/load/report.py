@@ -1,7 +1,7 @@
 """What a load test found, told three ways: rich tables, two verdicts, and SVG plots.
 
-The rows are the sweep's (measure/loadtest.py): one per concurrency level C, holding every
-strategy's summary (measure/loadgen.py) side by side,
+The rows are the sweep's (load/loadtest.py): one per concurrency level C, holding every
+strategy's summary (load/loadgen.py) side by side,
 
     {"concurrency": 4, "slots": 4, "ar": {"tokens_per_s": 310.0, "tpot_ms": {...}, ...},
                                    "draft": {"tokens_per_s": 540.0, ...}, ...}

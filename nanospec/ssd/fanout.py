@@ -1,6 +1,6 @@
 """How many outcomes SSD caches per k — the fan-out — and SSD's settings as users give them.
 
-ssd.py caches, for each k = 0..γ drafts accepted, the F_k corrections t* the draft model finds
+ssd/loop.py caches, for each k = 0..γ drafts accepted, the F_k corrections t* the draft model finds
 likeliest. `uniform`: F for every k. `geometric`: if a round accepts each draft with rate a,
 outcome k has probability ∝ a^k (and a^γ/(1 − a) relatively more for the bonus); if caching F
 tokens misses with probability F^(−r) (a power law, r fitted from measured hit rates), spending

@@ -1,8 +1,9 @@
-"""SSD on two devices: the target verifies on one while the drafter builds the cache on the other.
+"""SSD on two devices: the target verifies on one as the drafter builds the cache on the other.
 
-ssd.py defines one round of speculative speculative decoding as three steps — `draft` (look
-up the cache, or run the backup), the target's `judge` and `commit`, and `build` (the next
-round's cache) — and proves that `build` reads nothing the target computes in this round.
+ssd/loop.py defines one round of speculative speculative decoding from three parts — the
+proposer's `draft` (look up the cache, or run the backup), the target's side (`judge_and_commit`:
+the judge and the commit), and the hook's `build` (the next round's cache) — and proves that
+`build` reads nothing the target computes in this round.
 That independence is what this driver spends. Each round, the host *enqueues*:
 
     drafter device:  draft ──────────► build (the cache for round r+1) ─┐
@@ -37,8 +38,8 @@ import jax.numpy as jnp
 
 from nanospec.aot import compiled
 from nanospec.rounds import RoundStats
-from nanospec.speculative import SpecState, Speculation
-from nanospec.ssd import SSDSpeculator
+from nanospec.speculative import SpecState
+from nanospec.ssd.loop import SSDSpeculator
 
 
 def _draft(spec: SSDSpeculator, dparams, view: SpecState, sp):
@@ -47,18 +48,17 @@ def _draft(spec: SSDSpeculator, dparams, view: SpecState, sp):
 
 
 def _build(spec: SSDSpeculator, dparams, view: SpecState, drafted, sp):
-    """On the drafter's device: the speculation cache for the next round (ssd.build)."""
-    return spec.build(dparams, view, drafted, sp)
+    """On the drafter's device: the speculation cache for the next round (SSDProposer.build)."""
+    return spec.proposer.build(dparams, view, drafted, sp)
 
 
-def _verify(spec: SSDSpeculator, params, state: SpecState, drafted, stats: RoundStats, sp,
+def _settle(spec: SSDSpeculator, params, state: SpecState, drafted, stats: RoundStats, sp,
             max_new):
-    """On the target's device: one target pass, the verify rule and the commit (the ordinary
-    round's verify, without SSD's build), the counters, the outcome (k, t*) and whether every
-    row is done (computed here: one fewer program for the host to dispatch each round)."""
-    new_state, step = Speculation.verify(spec, params, None, state, drafted, sp, max_new)
-    stats = stats.add(step.live, step.n_draft, step.verdict.n_accepted, step.verdict.is_bonus,
-                      drafted.hit & step.live)
+    """On the target's device: one target pass, the verify rule and the commit (the round
+    settled, without SSD's hook), the counters, the outcome (k, t*) and whether every row is
+    done (computed here: one fewer program for the host to dispatch each round)."""
+    new_state, step = spec.judge_and_commit(params, None, state, drafted, sp, max_new)
+    stats = stats.add(*step.counts())
     outcome = jnp.stack([step.verdict.n_accepted, step.verdict.token], axis=1)
     return new_state, stats, outcome, jnp.all(new_state.done)
 
@@ -68,7 +68,7 @@ _prefill_jit = jax.jit(lambda spec, params, dparams, tokens, lengths, key:
                        static_argnames=("spec",))
 _draft_jit = jax.jit(_draft, static_argnames=("spec",), donate_argnames=("view",))
 _build_jit = jax.jit(_build, static_argnames=("spec",))
-_verify_jit = jax.jit(_verify, static_argnames=("spec",), donate_argnames=("state",))
+_settle_jit = jax.jit(_settle, static_argnames=("spec",), donate_argnames=("state",))
 
 
 class Timed(NamedTuple):
@@ -92,7 +92,7 @@ def run_two_devices(spec: SSDSpeculator, params, dparams, tokens, lengths, key, 
     to_t = lambda x: jax.device_put(x, target)
     to_d = lambda x: jax.device_put(x, drafter)
     # subtle: what the drafter reads of the target's state is copied, never aliased — with one
-    # device for both, it would share the state's buffers, which the next verify donates.
+    # device for both, it would share the state's buffers, which the next settle donates.
     copy_d = lambda x: jax.device_put(x, drafter, may_alias=False)
     params, dparams_t, dparams_d = to_t(params), to_t(dparams), to_d(dparams)
     sp_t, sp_d = to_t(sp), to_d(sp)
@@ -108,7 +108,7 @@ def run_two_devices(spec: SSDSpeculator, params, dparams, tokens, lengths, key, 
     # arrays alone: a jitted call would hash the loop object (its static argument) every time.
     program = lambda jitted, device, **args: compiled(jitted, dict(spec=spec), args, (device,))[0]
     draft = program(_draft_jit, drafter, dparams=dparams_d, view=view, sp=sp_d)
-    verify = build = None  # compiled in round 1, once their inputs exist
+    settle = build = None  # compiled in round 1, once their inputs exist
     while True:
         if timed:  # the rows that take part in this round, and their tokens so far
             live, before_n = to_d(~state.done), int(jnp.sum(state.n_new))
@@ -118,8 +118,8 @@ def run_two_devices(spec: SSDSpeculator, params, dparams, tokens, lengths, key, 
         before = view  # build reads the text as it was before this round's verdict
         args = dict(params=params, state=state, drafted=to_t(drafted), stats=stats, sp=sp_t,
                     max_new=max_new)
-        verify = verify or program(_verify_jit, target, **args)
-        state, stats, outcome, finished = wait(verify(**args))
+        settle = settle or program(_settle_jit, target, **args)
+        state, stats, outcome, finished = wait(settle(**args))
         t2 = time.perf_counter()
         args = dict(dparams=dparams_d, view=before, drafted=drafted, sp=sp_d)
         build = build or program(_build_jit, drafter, **args)
@@ -130,7 +130,7 @@ def run_two_devices(spec: SSDSpeculator, params, dparams, tokens, lengths, key, 
                              dstate=cache._replace(outcome=outcome))
         if timed:
             clock.draft_s.append(t1 - t0)
-            clock.all_hit.append(bool(jnp.all(drafted.hit | ~live)))
+            clock.all_hit.append(bool(jnp.all(drafted.cached | ~live)))
             clock.verify_s.append(t2 - t1)
             clock.build_s.append(t3 - t2)
             clock.tokens.append(int(jnp.sum(state.n_new)) - before_n)

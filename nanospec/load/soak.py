@@ -1,6 +1,6 @@
 """A soak of a running `nanospec serve`: minutes of mixed traffic, then what was lost.
 
-    python -m nanospec.measure.soak --url http://127.0.0.1:8000 --seconds 300 \\
+    python -m nanospec.load.soak --url http://127.0.0.1:8000 --seconds 300 \\
         --concurrency 32 --json soak.json
 
 C clients send requests back to back for the given time, each one drawn at random:
@@ -15,7 +15,7 @@ A request is *lost* when it should have completed and did not (an error, a strea
 server's resident memory (process_resident_memory_bytes from its /metrics) is read before and
 after, so a leak shows as growth; the printed table and the JSON report both hold the counts.
 
-What this file deliberately leaves out: timing (measure/loadgen.py and `nanospec loadtest`
+What this file deliberately leaves out: timing (load/loadgen.py and `nanospec loadtest`
 measure latency and throughput), and starting the server (start it yourself, with any flags).
 """
 
@@ -29,7 +29,7 @@ import time
 import httpx
 
 from nanospec.fileio import atomic_write
-from nanospec.measure.loadgen import scrape
+from nanospec.load.loadgen import scrape
 
 PROMPTS = ["The capital of France is", "def capital_of(country):", "Q: What is the capital of Peru?",
            "The euro is the currency used in", "Once upon a time"]
@@ -91,7 +91,7 @@ async def soak(url: str, seconds: float, concurrency: int, seed: int = 0) -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nanospec.measure.soak", description=__doc__.split(
+    p = argparse.ArgumentParser(prog="python -m nanospec.load.soak", description=__doc__.split(
         "\n")[0])
     p.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
     p.add_argument("--seconds", type=float, default=300)

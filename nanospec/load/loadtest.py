@@ -5,7 +5,7 @@
                       [--max-tokens 32] [--ignore-eos] [--temperature 0] [--rates 2,8]
                       [--json FILE] [--plots DIR] [--url URL [--label NAME]]
 
-The through-the-server version of measure/crossover.py: the same question — where does
+The through-the-server version of load/crossover.py: the same question — where does
 speculation stop paying as concurrency grows? — asked the way a user meets it, with HTTP,
 streaming, the scheduler's queue and the client's clock in every number. Each strategy is a
 `nanospec serve` command line:
@@ -33,7 +33,7 @@ the strategies compared at one C ran minutes apart at most, not a whole sweep ap
 Each level: the /metrics counters before and after (acceptance, tokens the server counted,
 memory), and closed-loop clients (loadgen.py); open-loop rates (--rates) come after, at the
 largest slot count. What this file deliberately leaves out: reading the flags
-(cli/loadtest.py), the statistics (loadgen.py), the tables and plots (loadtest_report.py), the
+(cli/loadtest.py), the statistics (loadgen.py), the tables and plots (load/report.py), the
 child process (launched.py).
 """
 
@@ -45,13 +45,15 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from nanospec.measure import loadtest_report as report
-from nanospec.measure.launched import Servers, served_model, wait_idle
-from nanospec.measure.loadgen import Ask, closed_loop, open_loop, scrape, server_figures, summarize
+from nanospec.load import report
+from nanospec.load.launched import Servers, served_model, wait_idle
+from nanospec.load.loadgen import Ask, closed_loop, open_loop, scrape, server_figures, summarize
 from nanospec.measure.workloads import WORKLOADS, workload_prompts
+from nanospec.methods import METHODS as REGISTRY
 
 STRATEGIES = ("ar", "draft", "adaptive", "vllm-disable")
-METHODS = {"draft": "draft_model", "ngram": "ngram", "eagle": "eagle"}  # ours -> vLLM's name
+# The methods a load test drafts by, each with its name in vLLM's --speculative-config.
+METHODS = {m: REGISTRY[m].vllm for m in ("draft", "ngram", "eagle")}
 PROMPTS = 64  # distinct prompts per workload; request i takes prompt i mod 64
 
 

@@ -1,6 +1,6 @@
-"""Where speculation stops paying: throughput of the serving engine against concurrency. A script.
+"""Where speculation stops paying: the serving engine's throughput by concurrency. A script.
 
-    python -m nanospec.measure.crossover [--json runs/crossover.json] [--slots 1,2,4,...,64]
+    python -m nanospec.load.crossover [--json runs/crossover.json] [--slots 1,2,4,...,64]
                                          [--strategies ar,draft,adaptive,disable] [--gamma 4]
                                          [--disable-at 16] [--tokens 32] [--requests 2]
                                          [--least 16] [--temperature 0] [--workload facts]

@@ -1,0 +1,1 @@
+"""Measuring a server under load: load generator, load test, its report, soak, crossover."""
