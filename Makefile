@@ -28,8 +28,10 @@ demo: $(VENV)/.installed
 # Everything, the large-N statistical runs included (this is what CI runs), on up to four
 # worker processes (pytest-xdist): XLA compiles on one core, so two workers nearly halve it.
 # --durations=25 ends the run with the slowest tests: where the 30-minute budget goes.
-# ruff first (pyproject.toml's rules: imports sorted and used, no syntax slips), in a second.
+# ruff first, in a second: the code is as `ruff format` writes it, and passes pyproject.toml's
+# rules (imports sorted and used, no syntax slips).
 test: $(VENV)/.installed
+	$(BIN)/python -m ruff format --check .
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m pytest -m "slow or not slow" -q -n auto --maxprocesses 4 --durations=25
 

@@ -32,8 +32,10 @@ bundle = shipped("target")
 target = bundle.models["target"]
 cfg = target[0]
 weight_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(target[2]))
-console.print(f"target: {cfg.n_layer} layers, width {cfg.d_model}, context {cfg.n_ctx} tokens, "
-              f"{weight_bytes / 1e6:.0f} MB of float32 weights")
+console.print(
+    f"target: {cfg.n_layer} layers, width {cfg.d_model}, context {cfg.n_ctx} tokens, "
+    f"{weight_bytes / 1e6:.0f} MB of float32 weights"
+)
 
 # %% [markdown]
 # ## Timing a pass
@@ -62,21 +64,24 @@ console.print(f"target: {cfg.n_layer} layers, width {cfg.d_model}, context {cfg.
 def weight_stream(n_bytes: int):
     """FORWARD_CALLS products x @ W, x (1, d), W (d, ·) of n_bytes float32: each reads W once."""
     W = jnp.ones((cfg.d_model, n_bytes // 4 // cfg.d_model), jnp.float32)  # an argument, not
-    x = jnp.ones((1, cfg.d_model), jnp.float32)                            # a constant of `loop`
+    x = jnp.ones((1, cfg.d_model), jnp.float32)  # a constant of `loop`
 
     @jax.jit
     def loop(W, x):  # each product's first d outputs feed the next: nothing to hoist
-        step = lambda i, x: (x @ W)[:, :cfg.d_model] / cfg.d_model  # (1, d)
+        step = lambda i, x: (x @ W)[:, : cfg.d_model] / cfg.d_model  # (1, d)
         return jax.lax.fori_loop(0, FORWARD_CALLS, step, x)
+
     return lambda: loop(W, x)
 
 
 BLOCKS = (1, 2, 4, 8, 16)
 probes = {b: forward_probe(target, b) for b in (8, 1, 16, 2, 4)}  # 8 and 16 right beside 1
 narrow = dataclasses.replace(cfg, d_model=48)  # 6 heads of 8, random weights
-parts = {"weights": weight_stream(weight_bytes),
-         "80-slot cache": forward_probe((dataclasses.replace(cfg, n_ctx=80), *target[1:]), 1),
-         "width 48": forward_probe((narrow, *nnx.split(GPT(narrow, nnx.Rngs(0)))), 1)}
+parts = {
+    "weights": weight_stream(weight_bytes),
+    "80-slot cache": forward_probe((dataclasses.replace(cfg, n_ctx=80), *target[1:]), 1),
+    "width 48": forward_probe((narrow, *nnx.split(GPT(narrow, nnx.Rngs(0)))), 1),
+}
 for name, probe in parts.items():  # each right after a one-token pass, to compare the two
     probes[f"1 before {name}"], probes[name] = probes[1], probe
 samples = interleaved_samples(probes, repeats=7)
@@ -89,17 +94,28 @@ def ratio(a, b) -> float:  # the median over passes of a's time over b's, both f
 ms = {1: 1000 * statistics.median(samples[1]) / FORWARD_CALLS}  # the median pass
 ms |= {b: ratio(b, 1) * ms[1] for b in BLOCKS[1:]}  # and the others by their ratio to it
 
-rows = [[b, f"{ms[b]:.2f}", f"{ratio(b, 1):.2f}×", f"{ms[b] / b:.2f}", bar(ms[b], ms[16])]
-        for b in BLOCKS]
-table("one target pass over b new tokens (64 cached)",
-      ["b", "ms per pass", "vs b = 1", "ms per token", ""], rows)
+rows = [
+    [b, f"{ms[b]:.2f}", f"{ratio(b, 1):.2f}×", f"{ms[b] / b:.2f}", bar(ms[b], ms[16])]
+    for b in BLOCKS
+]
+table(
+    "one target pass over b new tokens (64 cached)",
+    ["b", "ms per pass", "vs b = 1", "ms per token", ""],
+    rows,
+)
 
 
 def cost_curve(ax):  # for a slide: what b tokens cost in one pass, against b separate passes
     ax.plot(BLOCKS, [ms[b] for b in BLOCKS], "o-", label="one pass over b tokens")
     ax.plot(BLOCKS, [b * ms[1] for b in BLOCKS], "--", label="b passes over one token")
-    ax.set(xlabel="new tokens b", ylabel="ms", xscale="log", xticks=BLOCKS, xticklabels=BLOCKS,
-           title="The target's cost per pass, on this machine")
+    ax.set(
+        xlabel="new tokens b",
+        ylabel="ms",
+        xscale="log",
+        xticks=BLOCKS,
+        xticklabels=BLOCKS,
+        title="The target's cost per pass, on this machine",
+    )
     ax.legend()
 
 
@@ -115,10 +131,13 @@ figure("01_pass_cost", cost_curve)
 # in one-token passes — is the `r` column of `nanospec bench` (docs/design.md §6).
 
 # %%
-claim(ratio(8, 1) < 4,
-      f"a pass over 8 tokens costs {ratio(8, 1):.2f} one-token passes, far below 8")
-claim(ratio(16, 1) < 8,
-      f"per token, a 16-token pass is {16 / ratio(16, 1):.1f}× cheaper than one token at a time")
+claim(
+    ratio(8, 1) < 4, f"a pass over 8 tokens costs {ratio(8, 1):.2f} one-token passes, far below 8"
+)
+claim(
+    ratio(16, 1) < 8,
+    f"per token, a 16-token pass is {16 / ratio(16, 1):.1f}× cheaper than one token at a time",
+)
 
 # %% [markdown]
 # ## Which cost does the wide pass save?
@@ -133,19 +152,26 @@ claim(ratio(16, 1) < 8,
 # %%
 part = lambda name: ratio(name, f"1 before {name}")  # of a one-token pass, timed beside it
 arithmetic = (ratio(16, 1) - 1) / 15  # 15 more tokens cost 15 of these
-share = {"arithmetic for its one token": arithmetic,
-         "fixed, once per pass": 1 - arithmetic,
-         f"· streaming the {weight_bytes / 1e6:.0f} MB of weights": part("weights"),
-         "· a 256-slot cache, not 80": 1 - part("80-slot cache"),
-         "· starting its operations (width 48)": part("width 48")}
+share = {
+    "arithmetic for its one token": arithmetic,
+    "fixed, once per pass": 1 - arithmetic,
+    f"· streaming the {weight_bytes / 1e6:.0f} MB of weights": part("weights"),
+    "· a 256-slot cache, not 80": 1 - part("80-slot cache"),
+    "· starting its operations (width 48)": part("width 48"),
+}
 flops = 2 * weight_bytes / 4  # a token's arithmetic, and the bare product's: 2 per weight
 gflops = lambda x: f"{flops / (x * ms[1]) / 1e6:.0f}"  # ms[1] is in ms: 1e6, not 1e9
-table(f"a one-token pass ({ms[1]:.2f} ms), part by part (this machine, now)",
-      ["part", "share", "ms", "GFLOP/s"],
-      [[k, f"{x:.0%}", f"{x * ms[1]:.2f}", gflops(x) if i in (0, 2) else ""]
-       for i, (k, x) in enumerate(share.items())])
-console.print(f"the fixed part costs as much as the arithmetic of "
-              f"{(1 - arithmetic) / arithmetic:.0f} tokens")
+table(
+    f"a one-token pass ({ms[1]:.2f} ms), part by part (this machine, now)",
+    ["part", "share", "ms", "GFLOP/s"],
+    [
+        [k, f"{x:.0%}", f"{x * ms[1]:.2f}", gflops(x) if i in (0, 2) else ""]
+        for i, (k, x) in enumerate(share.items())
+    ],
+)
+console.print(
+    f"the fixed part costs as much as the arithmetic of {(1 - arithmetic) / arithmetic:.0f} tokens"
+)
 
 # %% [markdown]
 # Read the table from the bottom. Starting every operation of the pass costs a few percent of

@@ -33,14 +33,28 @@ manifest = read_manifest(SHIPPED)["models"]  # what `nanospec train` recorded fo
 rows = []
 for name, (cfg, _, params) in models.items():
     m = manifest[f"{name}.safetensors"]
-    rows.append([name, cfg.n_layer, cfg.d_model, f"{count_params(params):,}", m["train"]["steps"],
-                 f"{m['tokens_seen']:,}", f"{m['final_val_loss']:.3f}"])
-table("the two shipped models (checkpoints/MANIFEST)", ["model", "layers", "width", "parameters",
-      "steps", "tokens seen", "val loss"], rows)
+    rows.append(
+        [
+            name,
+            cfg.n_layer,
+            cfg.d_model,
+            f"{count_params(params):,}",
+            m["train"]["steps"],
+            f"{m['tokens_seen']:,}",
+            f"{m['final_val_loss']:.3f}",
+        ]
+    )
+table(
+    "the two shipped models (checkpoints/MANIFEST)",
+    ["model", "layers", "width", "parameters", "steps", "tokens seen", "val loss"],
+    rows,
+)
 corpus = manifest["target.safetensors"]["train_tokens_in_corpus"]
-console.print(f"both read the same training corpus of {corpus:,} tokens, on a machine recorded "
-              f"as {m['machine']!r}; val loss: mean cross-entropy per token (nats) on held-out "
-              f"documents")
+console.print(
+    f"both read the same training corpus of {corpus:,} tokens, on a machine recorded "
+    f"as {m['machine']!r}; val loss: mean cross-entropy per token (nats) on held-out "
+    f"documents"
+)
 
 # %% [markdown]
 # ## Their laws after "The capital of France is" (T = 1)
@@ -54,16 +68,31 @@ for name, (cfg, graphdef, params) in models.items():
     laws[name] = np.asarray(sampling_probs(logits[0, -1], SamplingParams.make(1.0)))
 p, q = laws["target"], laws["draft"]
 top = np.argsort(-(p + q))[:6]
-table(f"next token after {PROMPT!r}", ["token", "target p", "", "draft q", ""],
-      [[repr(tok.token_str(int(t))), f"{p[t]:.3f}", bar(p[t], 1, 12), f"{q[t]:.3f}",
-        bar(q[t], 1, 12)] for t in top])
+table(
+    f"next token after {PROMPT!r}",
+    ["token", "target p", "", "draft q", ""],
+    [
+        [
+            repr(tok.token_str(int(t))),
+            f"{p[t]:.3f}",
+            bar(p[t], 1, 12),
+            f"{q[t]:.3f}",
+            bar(q[t], 1, 12),
+        ]
+        for t in top
+    ],
+)
 overlap = float(np.minimum(p, q).sum())
 console.print(f"Σ min(p, q) = {overlap:.3f}: the chance that a draft from q is accepted here")
 
 # %%
-claim(int(np.argmax(p)) == int(np.argmax(q)), "both models' likeliest next token is the same: "
-      f"{tok.token_str(int(np.argmax(p)))!r}")
-claim(overlap > 0.5, f"a draft here is accepted with probability {overlap:.2f}, more often than not")
+claim(
+    int(np.argmax(p)) == int(np.argmax(q)),
+    f"both models' likeliest next token is the same: {tok.token_str(int(np.argmax(p)))!r}",
+)
+claim(
+    overlap > 0.5, f"a draft here is accepted with probability {overlap:.2f}, more often than not"
+)
 
 # %% [markdown]
 # ## A rare fact and running text, measured
@@ -83,18 +112,30 @@ for name, (cfg, graphdef, params) in models.items():
     share = nta["function_word_fraction"]  # the same text for both models
     scores[name] = (facts, nta["function_word_accuracy"], nta["other_token_accuracy"])
     rows.append([name, *(f"{100 * s:.1f}%" for s in scores[name])])
-table("a rare fact versus running text (greedy top-1)", ["model", "neighbours", "function words",
-      "other tokens"], rows)
-console.print(f"function words are {100 * share:.0f}% of the {WINDOWS * cfg.n_ctx:,} held-out "
-              f"tokens scored")
+table(
+    "a rare fact versus running text (greedy top-1)",
+    ["model", "neighbours", "function words", "other tokens"],
+    rows,
+)
+console.print(
+    f"function words are {100 * share:.0f}% of the {WINDOWS * cfg.n_ctx:,} held-out tokens scored"
+)
 
 # %%
 t, d = scores["target"], scores["draft"]
 gap = [100 * (a - b) for a, b in zip(t, d)]  # points the draft is behind: facts, fw, other
-claim(t[0] > d[0] + 0.1, f"the target knows far more neighbours than the draft "
-      f"({100 * t[0]:.0f}% vs {100 * d[0]:.0f}%)")
-claim(max(gap[1], gap[2]) < 5, f"on running text the draft is nearly level ({gap[1]:.1f} points "
-      f"behind on function words, {gap[2]:.1f} on other tokens): most text is easy, and that is "
-      f"where speculation wins")
-claim(gap[1] < gap[2] < gap[0], f"the draft's gap is smallest on function words ({gap[1]:.1f} "
-      f"points), larger on other tokens ({gap[2]:.1f}), largest on the rare fact ({gap[0]:.0f})")
+claim(
+    t[0] > d[0] + 0.1,
+    f"the target knows far more neighbours than the draft ({100 * t[0]:.0f}% vs {100 * d[0]:.0f}%)",
+)
+claim(
+    max(gap[1], gap[2]) < 5,
+    f"on running text the draft is nearly level ({gap[1]:.1f} points "
+    f"behind on function words, {gap[2]:.1f} on other tokens): most text is easy, and that is "
+    f"where speculation wins",
+)
+claim(
+    gap[1] < gap[2] < gap[0],
+    f"the draft's gap is smallest on function words ({gap[1]:.1f} "
+    f"points), larger on other tokens ({gap[2]:.1f}), largest on the rare fact ({gap[0]:.0f})",
+)

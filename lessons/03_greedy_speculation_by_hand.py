@@ -50,9 +50,11 @@ ids = tok.encode_prompt(PROMPT)
 tokens, lengths = pad_prompts([ids], cfg.n_ctx)
 ar, _ = generate(graphdef, params, cfg, tokens, lengths, jax.random.key(0), GREEDY, N, tok.eos_id)
 ar = ar[0]
-console.print(f"[bold]autoregressive[/] ({len(ar)} tokens, {len(ar)} target passes: the "
-              f"prompt's, which yields the first token, then one for each of the other "
-              f"{len(ar) - 1}):")
+console.print(
+    f"[bold]autoregressive[/] ({len(ar)} tokens, {len(ar)} target passes: the "
+    f"prompt's, which yields the first token, then one for each of the other "
+    f"{len(ar) - 1}):"
+)
 console.print(PROMPT + tok.decode(ar), markup=False)
 
 # %% [markdown]
@@ -62,8 +64,9 @@ console.print(PROMPT + tok.decode(ar), markup=False)
 # verify rule keeps the agreeing prefix and adds one token of the target's own.
 
 # %%
-spec = speculative_sampling(target, drafter, dparams, ids, GAMMA, GREEDY, jax.random.key(0), N,
-                            tok.eos_id)
+spec = speculative_sampling(
+    target, drafter, dparams, ids, GAMMA, GREEDY, jax.random.key(0), N, tok.eos_id
+)
 console.print(f"[bold]speculative[/] ({len(spec)} tokens):")
 console.print(PROMPT + tok.decode(spec), markup=False)
 
@@ -80,18 +83,31 @@ loop = Speculator(graphdef=graphdef, cfg=cfg, drafter=drafter, gamma=GAMMA, eos_
 state, stats = loop.run(params, dparams, tokens, lengths, jax.random.key(0), GREEDY, N)
 hist = [int(x) for x in stats.hist[0]]
 rounds, fast = sum(hist), generated(state, lengths)[0]
-table("rounds by drafts accepted (γ = 4)", ["accepted", "rounds", "tokens each"],
-      [[k, n, k + 1] for k, n in enumerate(hist)])
-console.print(f"{len(fast)} tokens in {rounds + 1} target passes (the prompt's, then {rounds} "
-              f"rounds) instead of {len(ar)}: {len(fast) / rounds:.2f} tokens per round")
+table(
+    "rounds by drafts accepted (γ = 4)",
+    ["accepted", "rounds", "tokens each"],
+    [[k, n, k + 1] for k, n in enumerate(hist)],
+)
+console.print(
+    f"{len(fast)} tokens in {rounds + 1} target passes (the prompt's, then {rounds} "
+    f"rounds) instead of {len(ar)}: {len(fast) / rounds:.2f} tokens per round"
+)
 
 # %%
 text = text_features(graphdef, params, [ids, ids], [ar, ar])  # AR's text, once per loop
 parted = text.parted([spec, fast])  # [] if both loops wrote AR's text
 for b, t, gap in parted:  # float32 only: where the target's top two logits (nearly) tie
-    console.print(f"the {('reference', 'fast')[b]} loop's text parts from AR's at token {t}, "
-                  f"where the target's top two logits are {gap:.1e} apart")
-claim(all(gap < NEAR_TIE for _, _, gap in parted), "both loops write exactly the "
-      "autoregressive text" + (", but for a near-tie, as the suite allows" if parted else ""))
-claim(rounds + 1 < len(ar) / 2, f"it needed {rounds + 1} target passes for {len(fast)} tokens, "
-                                f"fewer than half of autoregressive decoding's {len(ar)}")
+    console.print(
+        f"the {('reference', 'fast')[b]} loop's text parts from AR's at token {t}, "
+        f"where the target's top two logits are {gap:.1e} apart"
+    )
+claim(
+    all(gap < NEAR_TIE for _, _, gap in parted),
+    "both loops write exactly the "
+    "autoregressive text" + (", but for a near-tie, as the suite allows" if parted else ""),
+)
+claim(
+    rounds + 1 < len(ar) / 2,
+    f"it needed {rounds + 1} target passes for {len(fast)} tokens, "
+    f"fewer than half of autoregressive decoding's {len(ar)}",
+)

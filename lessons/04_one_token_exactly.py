@@ -41,10 +41,15 @@ q = np.array([0.10, 0.45, 0.05, 0.30, 0.10])  # the draft's law: often wrong
 p2, q2 = np.array([0.6, 0.4]), np.array([0.9, 0.1])
 u = (jnp.arange(9000) + 0.5) / 9000  # midpoints of 9,000 equal slices of [0, 1)
 taken = float(jnp.mean(accept_reject(u, jnp.float32(p2[0]), jnp.float32(q2[0]))))
-claim(np.isclose(taken, 2 / 3) and np.isclose(q2[0] * taken, p2[0]), f"accept_reject takes x = 0 "
-      f"for {taken:.4f} of the uniforms, so P(0) = .9 · {taken:.4f} = {q2[0] * taken:.2f} = p(0)")
-claim(np.allclose(np.asarray(residual(jnp.asarray(p2), jnp.asarray(q2))), [0.0, 1.0]),
-      "its residual puts all its mass on token 1")
+claim(
+    np.isclose(taken, 2 / 3) and np.isclose(q2[0] * taken, p2[0]),
+    f"accept_reject takes x = 0 "
+    f"for {taken:.4f} of the uniforms, so P(0) = .9 · {taken:.4f} = {q2[0] * taken:.2f} = p(0)",
+)
+claim(
+    np.allclose(np.asarray(residual(jnp.asarray(p2), jnp.asarray(q2))), [0.0, 1.0]),
+    "its residual puts all its mass on token 1",
+)
 
 # %% [markdown]
 # ## The law of the output token, by enumeration
@@ -57,10 +62,22 @@ accepted = np.minimum(q, p)
 reject = 1 - accepted.sum()
 from_residual = reject * np.asarray(residual(jnp.asarray(p), jnp.asarray(q)))
 law = accepted + from_residual
-table("one drafted token, decided by the verify rule",
-      ["token", "q", "p", "accepted: min(q, p)", "residual share", "output law", ""],
-      [[y, f"{q[y]:.2f}", f"{p[y]:.2f}", f"{accepted[y]:.3f}", f"{from_residual[y]:.3f}",
-        f"{law[y]:.3f}", bar(law[y], 0.4, 10)] for y in range(5)])
+table(
+    "one drafted token, decided by the verify rule",
+    ["token", "q", "p", "accepted: min(q, p)", "residual share", "output law", ""],
+    [
+        [
+            y,
+            f"{q[y]:.2f}",
+            f"{p[y]:.2f}",
+            f"{accepted[y]:.3f}",
+            f"{from_residual[y]:.3f}",
+            f"{law[y]:.3f}",
+            bar(law[y], 0.4, 10),
+        ]
+        for y in range(5)
+    ],
+)
 claim(np.allclose(law, p, atol=1e-7), "the output law equals p exactly (to float precision)")
 
 
@@ -103,14 +120,19 @@ def one_round(key):
 out, n_acc = jax.jit(jax.vmap(one_round))(jax.random.split(jax.random.key(4), N))
 counts = np.bincount(np.asarray(out), minlength=5)
 pvalue = stats.chisquare(counts, N * p).pvalue
-table(f"{N:,} draws", ["token", "expected", "observed"],
-      [[y, f"{N * p[y]:.0f}", counts[y]] for y in range(5)])
-console.print(f"acceptance rate {float(np.mean(n_acc)):.3f} "
-              f"(expected: Σ min(q, p) = {accepted.sum():.3f})")
+table(
+    f"{N:,} draws",
+    ["token", "expected", "observed"],
+    [[y, f"{N * p[y]:.0f}", counts[y]] for y in range(5)],
+)
+console.print(
+    f"acceptance rate {float(np.mean(n_acc)):.3f} (expected: Σ min(q, p) = {accepted.sum():.3f})"
+)
 claim(pvalue > 1e-4, f"the sampled tokens fit p (chi-square p-value {pvalue:.3f} > 1e-4)")
-claim(abs(float(np.mean(n_acc)) - accepted.sum()) < 4 * np.sqrt(0.25 / N),
-      "the acceptance rate is Σ min(q, p), within 4 standard errors (false-failure "
-      "probability 6e-5)")
+claim(
+    abs(float(np.mean(n_acc)) - accepted.sum()) < 4 * np.sqrt(0.25 / N),
+    "the acceptance rate is Σ min(q, p), within 4 standard errors (false-failure probability 6e-5)",
+)
 
 # %% [markdown]
 # ## What to take away

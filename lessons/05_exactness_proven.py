@@ -49,12 +49,18 @@ q = np.array([0.10, 0.45, 0.05, 0.30, 0.10])  # the draft's law
 # %%
 M = (p / q).max()
 keep_textbook, keep_rule = 1 / M, np.minimum(p, q).sum()
-table("one draft from q, two ways to turn it into a token with law p",
-      ["scheme", "accepts", "after a rejection"],
-      [["textbook rejection sampling", f"{keep_textbook:.3f} = 1/M", "draw again from q"],
-       ["speculation's rule", f"{keep_rule:.3f} = Σ min(p, q)", "draw from the residual"]])
-console.print(f"M = max p/q = {M:.1f}. The repair never accepts less: min(p, q) ≥ p/M token "
-              f"by token, so Σ min(p, q) ≥ 1/M for every p and q.")
+table(
+    "one draft from q, two ways to turn it into a token with law p",
+    ["scheme", "accepts", "after a rejection"],
+    [
+        ["textbook rejection sampling", f"{keep_textbook:.3f} = 1/M", "draw again from q"],
+        ["speculation's rule", f"{keep_rule:.3f} = Σ min(p, q)", "draw from the residual"],
+    ],
+)
+console.print(
+    f"M = max p/q = {M:.1f}. The repair never accepts less: min(p, q) ≥ p/M token "
+    f"by token, so Σ min(p, q) ≥ 1/M for every p and q."
+)
 
 # %% [markdown]
 # ## Nothing exact can accept more: the maximal coupling
@@ -72,8 +78,9 @@ console.print(f"M = max p/q = {M:.1f}. The repair never accepts less: min(p, q) 
 V = len(p)
 rows = [np.kron(np.eye(V)[i], np.ones(V)) for i in range(V)]  # Σ_y π(i, y) = q(i)
 cols = [np.kron(np.ones(V), np.eye(V)[j]) for j in range(V)]  # Σ_x π(x, j) = p(j)
-best = optimize.linprog(-np.eye(V).ravel(), A_eq=np.array(rows + cols),
-                        b_eq=np.concatenate([q, p]), bounds=(0, None))
+best = optimize.linprog(
+    -np.eye(V).ravel(), A_eq=np.array(rows + cols), b_eq=np.concatenate([q, p]), bounds=(0, None)
+)
 lp_best = -best.fun
 
 N = 40_000
@@ -88,12 +95,19 @@ def one_draft(key):
 
 measured = float(np.mean(jax.jit(jax.vmap(one_draft))(jax.random.split(jax.random.key(5), N))))
 se = np.sqrt(keep_rule * (1 - keep_rule) / N)
-table("the most an exact scheme can accept", ["", "P(accept)"],
-      [["1 − TV(p, q)", f"{1 - tv(p, q):.4f}"], ["best coupling (linear program)",
-                                                 f"{lp_best:.4f}"],
-       [f"verify rule, measured over {N:,} draws", f"{measured:.4f} ± {se:.4f}"]])
-claim(abs(measured - (1 - tv(p, q))) < 4 * se, "the verify rule reaches it (within 4 standard "
-      "errors; false-failure probability 6e-5)")
+table(
+    "the most an exact scheme can accept",
+    ["", "P(accept)"],
+    [
+        ["1 − TV(p, q)", f"{1 - tv(p, q):.4f}"],
+        ["best coupling (linear program)", f"{lp_best:.4f}"],
+        [f"verify rule, measured over {N:,} draws", f"{measured:.4f} ± {se:.4f}"],
+    ],
+)
+claim(
+    abs(measured - (1 - tv(p, q))) < 4 * se,
+    "the verify rule reaches it (within 4 standard errors; false-failure probability 6e-5)",
+)
 
 # %% [markdown]
 # ## A whole round, by induction
@@ -142,8 +156,8 @@ claim(abs(measured - (1 - tv(p, q))) < 4 * se, "the verify rule reaches it (with
 # tokens of the text.
 
 # %%
-PT = np.array([[.6, .3, .1], [.2, .2, .6], [.1, .5, .4]])  # target: p(next | last)
-QT = np.array([[.3, .5, .2], [.4, .2, .4], [.3, .3, .4]])  # draft: q(next | last)
+PT = np.array([[0.6, 0.3, 0.1], [0.2, 0.2, 0.6], [0.1, 0.5, 0.4]])  # target: p(next | last)
+QT = np.array([[0.3, 0.5, 0.2], [0.4, 0.2, 0.4], [0.3, 0.3, 0.4]])  # draft: q(next | last)
 LAST, K = 0, 3  # the prompt ends in token 0; enumerate the first K tokens of the text
 with jax.enable_x64(True):  # float64, so the enumeration below is exact to float64 rounding
     R = np.asarray(residual(jnp.asarray(PT), jnp.asarray(QT)))  # (3, 3) each row's residual
@@ -158,8 +172,11 @@ def text_law(last: int, k: int, keep_stale=False, bonus_from_q=False) -> dict:
     law = {}
 
     def emit(prefix, weight):  # `prefix` emitted by this round, the rest by later rounds
-        rest = text_law(prefix[-1], k - len(prefix), keep_stale, bonus_from_q) \
-            if len(prefix) < k else {(): 1.0}
+        rest = (
+            text_law(prefix[-1], k - len(prefix), keep_stale, bonus_from_q)
+            if len(prefix) < k
+            else {(): 1.0}
+        )
         for tail, w in rest.items():
             seq = (prefix + tail)[:k]
             law[seq] = law.get(seq, 0.0) + weight * w
@@ -196,18 +213,29 @@ def distance(a: dict, b: dict) -> float:
 
 
 exact = target_law(LAST, K)
-variants = {"the verify rule": {}, "keep x₂ after a rejection": {"keep_stale": True},
-            "bonus drawn from q": {"bonus_from_q": True}}
+variants = {
+    "the verify rule": {},
+    "keep x₂ after a rejection": {"keep_stale": True},
+    "bonus drawn from q": {"bonus_from_q": True},
+}
 off = {name: distance(text_law(LAST, K, **kw), exact) for name, kw in variants.items()}
-table(f"the first {K} tokens of the text: 27 sequences, every path summed",
-      ["round as written", "total probability", "TV from the target's law"],
-      [[name, f"{sum(text_law(LAST, K, **kw).values()):.12f}", f"{off[name]:.2e}"]
-       for name, kw in variants.items()])
-claim(off["the verify rule"] < 1e-12, "the rule's law of the first three tokens is the "
-      "target's, to float64 precision")
-claim(off["keep x₂ after a rejection"] > 0.01 and off["bonus drawn from q"] > 0.01,
-      f"keeping a stale draft is off by {off['keep x₂ after a rejection']:.3f}, a bonus "
-      f"from q by {off['bonus drawn from q']:.3f}")
+table(
+    f"the first {K} tokens of the text: 27 sequences, every path summed",
+    ["round as written", "total probability", "TV from the target's law"],
+    [
+        [name, f"{sum(text_law(LAST, K, **kw).values()):.12f}", f"{off[name]:.2e}"]
+        for name, kw in variants.items()
+    ],
+)
+claim(
+    off["the verify rule"] < 1e-12,
+    "the rule's law of the first three tokens is the target's, to float64 precision",
+)
+claim(
+    off["keep x₂ after a rejection"] > 0.01 and off["bonus drawn from q"] > 0.01,
+    f"keeping a stale draft is off by {off['keep x₂ after a rejection']:.3f}, a bonus "
+    f"from q by {off['bonus drawn from q']:.3f}",
+)
 
 # %% [markdown]
 # ## The real rule, sampled
@@ -233,8 +261,7 @@ def round_from(key, last):
     x2 = jax.random.choice(k2, 3, p=QTj[x1])
     drafts = jnp.stack([x1, x2])
     v = verify_row(kv, drafts, QTj[jnp.stack([last, x1])], PTj[jnp.stack([last, x1, x2])])
-    out = jnp.where(jnp.arange(3) < v.n_accepted, jnp.concatenate([drafts, drafts[:1]]),
-                    v.token)
+    out = jnp.where(jnp.arange(3) < v.n_accepted, jnp.concatenate([drafts, drafts[:1]]), v.token)
     return out, v.n_accepted + 1
 
 
@@ -249,12 +276,18 @@ y1, y2 = jax.jit(jax.vmap(first_two))(jax.random.split(jax.random.key(6), N2))
 counts = np.bincount(3 * np.asarray(y1) + np.asarray(y2), minlength=9)
 want = np.array([target_law(LAST, 2)[s] for s in itertools.product(range(3), repeat=2)])
 pvalue = stats.chisquare(counts, N2 * want).pvalue
-table(f"{N2:,} real rounds: the first two tokens", ["y₁ y₂", "expected", "observed"],
-      [[f"{a} {b}", f"{N2 * want[3 * a + b]:.0f}", counts[3 * a + b]]
-       for a, b in itertools.product(range(3), repeat=2)])
+table(
+    f"{N2:,} real rounds: the first two tokens",
+    ["y₁ y₂", "expected", "observed"],
+    [
+        [f"{a} {b}", f"{N2 * want[3 * a + b]:.0f}", counts[3 * a + b]]
+        for a, b in itertools.product(range(3), repeat=2)
+    ],
+)
 console.print(f"chi-square p-value {pvalue:.3f}")
-claim(pvalue > 1e-4, f"verify_row's rounds fit the target's joint law (p-value {pvalue:.3f} "
-      f"> 1e-4)")
+claim(
+    pvalue > 1e-4, f"verify_row's rounds fit the target's joint law (p-value {pvalue:.3f} > 1e-4)"
+)
 
 # %% [markdown]
 # ## What to take away

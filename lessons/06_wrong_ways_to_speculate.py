@@ -49,10 +49,14 @@ ways = {
 }
 
 # %%
-table("the law of the emitted token, and its distance from p (TV)",
-      ["rule", *[f"P({y})" for y in range(5)], "TV", ""],
-      [[name, *(f"{x:.3f}" for x in law), f"{tv(law, p):.3f}", bar(tv(law, p), 0.4, 8)]
-       for name, law in ways.items()])
+table(
+    "the law of the emitted token, and its distance from p (TV)",
+    ["rule", *[f"P({y})" for y in range(5)], "TV", ""],
+    [
+        [name, *(f"{x:.3f}" for x in law), f"{tv(law, p):.3f}", bar(tv(law, p), 0.4, 8)]
+        for name, law in ways.items()
+    ],
+)
 console.print(f"the target p: {'  '.join(f'{x:.3f}' for x in p)}")
 
 # %% [markdown]
@@ -78,14 +82,28 @@ console.print(f"the target p: {'  '.join(f'{x:.3f}' for x in p)}")
 # %%
 a_right, a_wrong = np.minimum(1, p / q), np.minimum(1, p / q_cold)
 wrong_t = ways["q at wrong T"]
-table("q at the wrong T, token by token (a: the chance of acceptance)",
-      ["y", "p(y)", "q drawn", "q reported", "a right", "a wrong", "P(y) wrong"],
-      [[y, f"{p[y]:.2f}", f"{q[y]:.2f}", f"{q_cold[y]:.3f}", f"{a_right[y]:.3f}",
-        f"{a_wrong[y]:.3f}", f"{wrong_t[y]:.3f}"] for y in range(5)])
-claim(a_wrong[1] < a_right[1] and wrong_t[1] < p[1] and wrong_t[4] > p[4],
-      f"reported at T = 0.5, the sure token 1 is accepted less ({a_right[1]:.3f} → "
-      f"{a_wrong[1]:.3f}) and comes out less ({p[1]:.3f} → {wrong_t[1]:.3f}); the unsure "
-      f"token 4 comes out more ({p[4]:.3f} → {wrong_t[4]:.3f})")
+table(
+    "q at the wrong T, token by token (a: the chance of acceptance)",
+    ["y", "p(y)", "q drawn", "q reported", "a right", "a wrong", "P(y) wrong"],
+    [
+        [
+            y,
+            f"{p[y]:.2f}",
+            f"{q[y]:.2f}",
+            f"{q_cold[y]:.3f}",
+            f"{a_right[y]:.3f}",
+            f"{a_wrong[y]:.3f}",
+            f"{wrong_t[y]:.3f}",
+        ]
+        for y in range(5)
+    ],
+)
+claim(
+    a_wrong[1] < a_right[1] and wrong_t[1] < p[1] and wrong_t[4] > p[4],
+    f"reported at T = 0.5, the sure token 1 is accepted less ({a_right[1]:.3f} → "
+    f"{a_wrong[1]:.3f}) and comes out less ({p[1]:.3f} → {wrong_t[1]:.3f}); the unsure "
+    f"token 4 comes out more ({p[4]:.3f} → {wrong_t[4]:.3f})",
+)
 
 # %%
 exact = ways.pop("verify rule")
@@ -114,6 +132,7 @@ def sample(broken: bool):
         v = verify_row(k2, x[None], Q[None], jnp.stack([P, P]))
         fallback = jax.random.choice(k3, 5, p=P) if broken else v.token
         return jnp.where(v.n_accepted == 1, x, fallback)
+
     out = jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(5), N))
     return stats.chisquare(np.bincount(np.asarray(out), minlength=5), N * p).pvalue
 

@@ -50,14 +50,23 @@ for r, rnd in enumerate(loop.rounds(params, dparams, tokens, lengths, jax.random
     n, k = int(v.n_accepted[0]), int(rnd.trace.n_emitted[0])
     counts.append((n, k))  # drafts accepted, tokens emitted
     drafts = [tok.token_str(int(x)) for x in t.drafts[0]]
-    rows.append([r + 1, " ".join(repr(d) for d in drafts[:n]) or "—",
-                 repr(drafts[n]) if n < GAMMA else "—",
-                 ("★ " if bool(v.is_bonus[0]) else "↻ ") + repr(tok.token_str(int(v.token[0]))), k])
+    rows.append(
+        [
+            r + 1,
+            " ".join(repr(d) for d in drafts[:n]) or "—",
+            repr(drafts[n]) if n < GAMMA else "—",
+            ("★ " if bool(v.is_bonus[0]) else "↻ ") + repr(tok.token_str(int(v.token[0]))),
+            k,
+        ]
+    )
     # The cache invariant: every committed token but the last (it leads the next block).
     invariant &= int(rnd.state.cache.length[0]) == int(rnd.state.length[0]) - 1
     last = rnd
-table(f"{PROMPT!r}, γ = {GAMMA}, T = 1", ["round", "accepted", "rejected", "extra token", "emitted"],
-      rows)
+table(
+    f"{PROMPT!r}, γ = {GAMMA}, T = 1",
+    ["round", "accepted", "rejected", "extra token", "emitted"],
+    rows,
+)
 claim(invariant, "after every round the target's cache held the committed length − 1 tokens")
 
 # %% [markdown]
@@ -71,10 +80,13 @@ claim(invariant, "after every round the target's cache held the committed length
 # %%
 state, stats = last.state, last.stats
 fast = generated(state, lengths)[0]
-reference = speculative_sampling(target, drafter, dparams, ids, GAMMA, T1, jax.random.key(SEED),
-                                 N, tok.eos_id)
+reference = speculative_sampling(
+    target, drafter, dparams, ids, GAMMA, T1, jax.random.key(SEED), N, tok.eos_id
+)
 console.print(PROMPT + tok.decode(t for t in fast if t != tok.eos_id), markup=False)
-claim(reference == fast, f"the reference loop and the loop object wrote the same {len(fast)} tokens")
+claim(
+    reference == fast, f"the reference loop and the loop object wrote the same {len(fast)} tokens"
+)
 
 # %% [markdown]
 # ## Rollback left nothing visible
@@ -85,17 +97,25 @@ claim(reference == fast, f"the reference loop and the loop object wrote the same
 # %%
 n = int(state.cache.length[0])
 _, _, fresh = forward(graphdef, params, state.seq[:, :n], np.arange(n)[None])
-gap = max(float(np.max(np.abs(np.asarray(mine[i][0, :n]) - np.asarray(theirs[i][0]))))
-          for mine, theirs in ((state.cache.k, fresh.k), (state.cache.v, fresh.v))
-          for i in range(cfg.n_layer))
+gap = max(
+    float(np.max(np.abs(np.asarray(mine[i][0, :n]) - np.asarray(theirs[i][0]))))
+    for mine, theirs in ((state.cache.k, fresh.k), (state.cache.v, fresh.v))
+    for i in range(cfg.n_layer)
+)
 hist = [int(x) for x in stats.hist[0]]
-console.print(f"rounds by drafts accepted: {hist}; rounds that accepted all {GAMMA} and drew "
-              f"a bonus: {hist[GAMMA]}")
+console.print(
+    f"rounds by drafts accepted: {hist}; rounds that accepted all {GAMMA} and drew "
+    f"a bonus: {hist[GAMMA]}"
+)
 claim(n == int(state.length[0]) - 1, "the cache holds every committed token but the last")
-claim(gap < 1e-3, f"its keys and values equal a fresh pass over the text (largest difference "
-                  f"{gap:.1e})")
+claim(
+    gap < 1e-3,
+    f"its keys and values equal a fresh pass over the text (largest difference {gap:.1e})",
+)
 (n_last, k_last), full = counts[-1], all(k == n + 1 for n, k in counts[:-1])
 last_one = f"the last cut to {k_last} of its {n_last + 1}" if k_last <= n_last else "the last too"
-claim(full and k_last <= n_last + 1 and sum(k for _, k in counts) == len(fast),
-      f"the 'emitted' column adds up to the {len(fast)} tokens written: accepted + 1 in every "
-      f"round, {last_one}")
+claim(
+    full and k_last <= n_last + 1 and sum(k for _, k in counts) == len(fast),
+    f"the 'emitted' column adds up to the {len(fast)} tokens written: accepted + 1 in every "
+    f"round, {last_one}",
+)

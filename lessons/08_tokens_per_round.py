@@ -50,10 +50,15 @@ console.print(f"{len(prompts)} prompts like {prompts[0][:50]!r}…, {N} new toke
 # + 0.4096 = 3.3616 = (1 − 0.32768) / 0.2.
 
 # %%
-gap = max(abs(expected_tokens(a, g) - (1 - a ** (g + 1)) / (1 - a))
-          for a in np.linspace(0, 0.99, 100) for g in range(1, 17))
-console.print(f"expected_tokens(0.8, 4) = {expected_tokens(0.8, 4):.4f}; against the closed "
-              f"form, for 100 α in [0, 0.99] and γ = 1..16, the largest difference is {gap:.0e}")
+gap = max(
+    abs(expected_tokens(a, g) - (1 - a ** (g + 1)) / (1 - a))
+    for a in np.linspace(0, 0.99, 100)
+    for g in range(1, 17)
+)
+console.print(
+    f"expected_tokens(0.8, 4) = {expected_tokens(0.8, 4):.4f}; against the closed "
+    f"form, for 100 α in [0, 0.99] and γ = 1..16, the largest difference is {gap:.0e}"
+)
 
 # %% [markdown]
 # ## Predicted against measured
@@ -69,19 +74,34 @@ hists = {}
 for g in GAMMAS:
     loop = Speculator(graphdef=graphdef, cfg=cfg, drafter=drafter, gamma=g, eos_id=-1)
     for t in TEMPERATURES:
-        _, stats = loop.run(params, dparams, tokens, lengths, jax.random.key(SEED),
-                            SamplingParams.make(t), N)
+        _, stats = loop.run(
+            params, dparams, tokens, lengths, jax.random.key(SEED), SamplingParams.make(t), N
+        )
         hists[g, t] = [int(x) for x in stats.hist.sum(0)]  # rounds that accepted 0..γ, all rows
 
 alpha = {run: iid_acceptance(h) for run, h in hists.items()}
-measured = {run: sum((k + 1) * n for k, n in enumerate(h)) / sum(h)  # tokens per round
-            for run, h in hists.items()}
+measured = {
+    run: sum((k + 1) * n for k, n in enumerate(h)) / sum(h)  # tokens per round
+    for run, h in hists.items()
+}
 errors = {(g, t): expected_tokens(alpha[g, t], g) / measured[g, t] - 1 for g, t in hists}
-table("tokens per round: the i.i.d. model against the rounds",
-      ["γ", "T", "rounds", "accept rate", "α", "E (i.i.d.)", "measured", "E off by"],
-      [[g, f"{t:g}", sum(h), f"{sum(k * n for k, n in enumerate(h)) / (g * sum(h)):.3f}",
-        f"{alpha[g, t]:.3f}", f"{expected_tokens(alpha[g, t], g):.2f}",
-        f"{measured[g, t]:.2f}", f"{errors[g, t]:+.1%}"] for (g, t), h in hists.items()])
+table(
+    "tokens per round: the i.i.d. model against the rounds",
+    ["γ", "T", "rounds", "accept rate", "α", "E (i.i.d.)", "measured", "E off by"],
+    [
+        [
+            g,
+            f"{t:g}",
+            sum(h),
+            f"{sum(k * n for k, n in enumerate(h)) / (g * sum(h)):.3f}",
+            f"{alpha[g, t]:.3f}",
+            f"{expected_tokens(alpha[g, t], g):.2f}",
+            f"{measured[g, t]:.2f}",
+            f"{errors[g, t]:+.1%}",
+        ]
+        for (g, t), h in hists.items()
+    ],
+)
 
 # %% [markdown]
 # The runs are seeded, so they give the same rounds every time; the 10% tolerance leaves room
@@ -89,8 +109,11 @@ table("tokens per round: the i.i.d. model against the rounds",
 
 # %%
 worst = max(abs(e) for e in errors.values())
-claim(worst < 0.10, f"the i.i.d. prediction is within {worst:.1%} of the measured tokens per "
-      "round in all four runs (asserted: within 10%)")
+claim(
+    worst < 0.10,
+    f"the i.i.d. prediction is within {worst:.1%} of the measured tokens per "
+    "round in all four runs (asserted: within 10%)",
+)
 
 # %% [markdown]
 # ## Draft by draft
@@ -99,25 +122,28 @@ claim(worst < 0.10, f"the i.i.d. prediction is within {worst:.1%} of the measure
 # drafts before it, and accepted draft i if it accepted at least i. The i.i.d. model says
 # every position's rate is α.
 
+
 # %%
 def per_position(h):
     """[(rounds that reached draft i, rounds that accepted it)] for i = 1..γ."""
-    return [(sum(h[i - 1:]), sum(h[i:])) for i in range(1, len(h))]
+    return [(sum(h[i - 1 :]), sum(h[i:])) for i in range(1, len(h))]
 
 
 G = max(GAMMAS)
 pos = {t: per_position(hists[G, t]) for t in TEMPERATURES}
 rate = {t: [accepted / reached for reached, accepted in pos[t]] for t in TEMPERATURES}
 cells = lambda x: [f"{x:.3f}", bar(x - 0.6, 0.4, 12)]  # a rate, and its bar from 0.6 to 1
-table(f"draft i accepted, once reached (γ = {G}; bars 0.6 to 1)",
-      ["draft i", "T = 0", "", "T = 1", ""],
-      [[i + 1, *cells(rate[0.0][i]), *cells(rate[1.0][i])] for i in range(G)]
-      + [["α", f"{alpha[G, 0.0]:.3f}", "", f"{alpha[G, 1.0]:.3f}", ""]])
+table(
+    f"draft i accepted, once reached (γ = {G}; bars 0.6 to 1)",
+    ["draft i", "T = 0", "", "T = 1", ""],
+    [[i + 1, *cells(rate[0.0][i]), *cells(rate[1.0][i])] for i in range(G)]
+    + [["α", f"{alpha[G, 0.0]:.3f}", "", f"{alpha[G, 1.0]:.3f}", ""]],
+)
 
 
 def draw(ax):
     for t in TEMPERATURES:
-        line, = ax.plot(range(1, G + 1), rate[t], "o-", label=f"T = {t:g}")
+        (line,) = ax.plot(range(1, G + 1), rate[t], "o-", label=f"T = {t:g}")
         ax.axhline(alpha[G, t], ls="--", color=line.get_color(), label=f"α at T = {t:g}")
     ax.set(xlabel="draft position i", ylabel="accepted, once reached", ylim=(0.6, 1))
     ax.legend()
@@ -146,10 +172,15 @@ rr, ar = sum(r for r, _ in rest), sum(a for _, a in rest)
 pooled = (a1 + ar) / (r1 + rr)
 z = (ar / rr - a1 / r1) / np.sqrt(pooled * (1 - pooled) * (1 / r1 + 1 / rr))
 h = hists[G, 0.0]
-console.print(f"rounds that accepted nothing at T = 0: {h[0]}; the i.i.d. model expects "
-              f"{sum(h) * (1 - alpha[G, 0.0]):.0f}")
-claim(z > 3.72, f"at T = 0, draft 1 is accepted less often ({a1 / r1:.3f}) than drafts 2–{G} "
-      f"once reached ({ar / rr:.3f}): z = {z:.1f} > 3.72, acceptance is not i.i.d.")
+console.print(
+    f"rounds that accepted nothing at T = 0: {h[0]}; the i.i.d. model expects "
+    f"{sum(h) * (1 - alpha[G, 0.0]):.0f}"
+)
+claim(
+    z > 3.72,
+    f"at T = 0, draft 1 is accepted less often ({a1 / r1:.3f}) than drafts 2–{G} "
+    f"once reached ({ar / rr:.3f}): z = {z:.1f} > 3.72, acceptance is not i.i.d.",
+)
 
 # %% [markdown]
 # ## What to take away

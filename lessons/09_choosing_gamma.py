@@ -50,8 +50,12 @@ console.print(f"prompt ({len(ids)} tokens): {prompt[:48]!r}…; greedy, {N} new 
 # round) reuses it. γ = 0 stands for autoregressive decoding.
 
 # %%
-runs = {g: program_for(bundle, "draft" if g else "ar", GREEDY, N, gamma=g or None,
-                       prompt=(tokens, lengths)) for g in (0, *GAMMAS)}
+runs = {
+    g: program_for(
+        bundle, "draft" if g else "ar", GREEDY, N, gamma=g or None, prompt=(tokens, lengths)
+    )
+    for g in (0, *GAMMAS)
+}
 alpha = {}
 for g in GAMMAS:
     _, stats = runs[g](tokens, lengths, key)
@@ -84,6 +88,7 @@ console.print(f"T_ar = {1e3 * t_ar:.2f} ms per target step, c = {c:.3f}")
 # so it is compared with the time after the first token (TPOT ×); end to end (which also pays
 # the prompt, and the draft model's too) is shown beside it.
 
+
 # %%
 def ratio(a, b) -> float:
     """The median over passes of probe a's time over probe b's, timed in the same pass."""
@@ -95,13 +100,27 @@ for g in GAMMAS:
     r[g] = ratio(("pass", g + 1), ("pass", 1))
     e = expected_tokens(alpha[g], g)
     pred[g] = e / (g * c + r[g])
-    lat = paired_latency(samples["all", g], samples["first", g], samples["all", 0],
-                         samples["first", 0], 1, N - 1)
+    lat = paired_latency(
+        samples["all", g], samples["first", g], samples["all", 0], samples["first", 0], 1, N - 1
+    )
     meas[g], e2e[g] = lat["tpot_speedup"], lat["measured_speedup"]
-    rows.append([g, f"{alpha[g]:.3f}", f"{e:.2f}", f"{g * c:.2f}", f"{r[g]:.2f}",
-                 f"{pred[g]:.2f}×", f"{meas[g]:.2f}×", f"{e2e[g]:.2f}×"])
-table("speedup over autoregressive decoding, on this machine", ["γ", "α", "E", "γ·c", "r(γ+1)",
-      "predicted", "measured", "end to end"], rows)
+    rows.append(
+        [
+            g,
+            f"{alpha[g]:.3f}",
+            f"{e:.2f}",
+            f"{g * c:.2f}",
+            f"{r[g]:.2f}",
+            f"{pred[g]:.2f}×",
+            f"{meas[g]:.2f}×",
+            f"{e2e[g]:.2f}×",
+        ]
+    )
+table(
+    "speedup over autoregressive decoding, on this machine",
+    ["γ", "α", "E", "γ·c", "r(γ+1)", "predicted", "measured", "end to end"],
+    rows,
+)
 
 # %% [markdown]
 # How much speculation gains is the machine's: on a GPU or a many-core laptop a wide pass is
@@ -119,14 +138,19 @@ table("speedup over autoregressive decoding, on this machine", ["γ", "α", "E",
 pick, best = max(GAMMAS, key=pred.get), max(GAMMAS, key=meas.get)
 short = 1 - meas[pick] / meas[best]  # 0 when the model picks the γ measured fastest
 off = meas[best] / pred[best] - 1
-console.print(f"on this machine, at γ = {best} speculation is {meas[best]:.2f}× as fast per "
-              f"token as autoregressive decoding ({e2e[best]:.2f}× end to end), and the "
-              f"prediction, {pred[best]:.2f}×, is {abs(off):.0%} {'below' if off > 0 else 'above'}"
-              " that (measured, not asserted)")
+console.print(
+    f"on this machine, at γ = {best} speculation is {meas[best]:.2f}× as fast per "
+    f"token as autoregressive decoding ({e2e[best]:.2f}× end to end), and the "
+    f"prediction, {pred[best]:.2f}×, is {abs(off):.0%} {'below' if off > 0 else 'above'}"
+    " that (measured, not asserted)"
+)
 # The margin: a tenth of noise either way, plus the round overhead the model leaves out.
 verdict = "the fastest" if pick == best else f"{short:.0%} below γ = {best}'s {meas[best]:.2f}×"
-claim(short < 0.25, f"from this run's α, c and r the model picks γ = {pick}: measured "
-      f"{meas[pick]:.2f}×, {verdict} (asserted: within 25% of the fastest)")
+claim(
+    short < 0.25,
+    f"from this run's α, c and r the model picks γ = {pick}: measured "
+    f"{meas[pick]:.2f}×, {verdict} (asserted: within 25% of the fastest)",
+)
 
 # %% [markdown]
 # ## Where would γ stop paying?
@@ -142,9 +166,14 @@ claim(short < 0.25, f"from this run's α, c and r the model picks γ = {pick}: m
 a = alpha[max(GAMMAS)]
 flat = {g: expected_tokens(a, g) / (g * c + 1) for g in range(1, 17)}
 top = max(flat, key=flat.get)
-table(f"E(α = {a:.3f}, γ) / (γ·c + 1), c = {c:.3f}", ["γ", "E", "speedup", ""],
-      [[g, f"{expected_tokens(a, g):.2f}", f"{flat[g]:.2f}×", bar(flat[g], flat[top], 20)]
-       for g in sorted({1, 2, 4, 8, 12, 16, top})])
+table(
+    f"E(α = {a:.3f}, γ) / (γ·c + 1), c = {c:.3f}",
+    ["γ", "E", "speedup", ""],
+    [
+        [g, f"{expected_tokens(a, g):.2f}", f"{flat[g]:.2f}×", bar(flat[g], flat[top], 20)]
+        for g in sorted({1, 2, 4, 8, 12, 16, top})
+    ],
+)
 
 
 def draw(ax):
@@ -160,9 +189,11 @@ figure("09_choosing_gamma", draw)
 console.print(f"with this run's c and r = 1, the best γ of 1..16 would be {top}")
 lo, hi = GAMMAS
 wider = (r[hi] - r[lo]) / (hi - lo)  # what one more draft adds to the verify pass
-console.print(f"on this machine each draft from γ = {lo} to {hi} cost {wider:.3f} target steps "
-              f"of wider pass and c = {c:.3f} of drafting: what holds γ back here is mostly "
-              f"{'the wide pass' if wider > c else 'drafting'}")
+console.print(
+    f"on this machine each draft from γ = {lo} to {hi} cost {wider:.3f} target steps "
+    f"of wider pass and c = {c:.3f} of drafting: what holds γ back here is mostly "
+    f"{'the wide pass' if wider > c else 'drafting'}"
+)
 
 # %% [markdown]
 # ## What to take away

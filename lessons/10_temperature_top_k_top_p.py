@@ -45,8 +45,9 @@ def law(name, context, temperature=1.0, top_k=0, top_p=1.0):
     """A model's next-token law after `context` at these settings, as the loops compute it:
     `reference.target_laws` runs one pass and calls `sampling_probs` on its logits."""
     sp = SamplingParams.make(temperature, top_k, top_p)
-    return np.asarray(target_laws(bundle.models[name], context, sp)[0][len(context) - 1],
-                      np.float64)
+    return np.asarray(
+        target_laws(bundle.models[name], context, sp)[0][len(context) - 1], np.float64
+    )
 
 
 # %% [markdown]
@@ -59,8 +60,11 @@ def law(name, context, temperature=1.0, top_k=0, top_p=1.0):
 # %%
 ex = jnp.array([2.0, 1.0, 0.0, -1.0])
 worked = lambda *s: np.asarray(sampling_probs(ex, SamplingParams.make(*s)))
-claim(np.allclose(worked(1.0), [.644, .237, .087, .032], atol=1e-3), "T = 1: [.644 .237 .087 .032]")
-claim(np.allclose(worked(1.0, 2), [.731, .269, 0, 0], atol=1e-3), "top-k 2: [.731 .269 0 0]")
+claim(
+    np.allclose(worked(1.0), [0.644, 0.237, 0.087, 0.032], atol=1e-3),
+    "T = 1: [.644 .237 .087 .032]",
+)
+claim(np.allclose(worked(1.0, 2), [0.731, 0.269, 0, 0], atol=1e-3), "top-k 2: [.731 .269 0 0]")
 claim(np.allclose(worked(1.0, 2, 0.7), [1, 0, 0, 0]), "then top-p 0.7: [1 0 0 0]")
 
 # %% [markdown]
@@ -71,14 +75,29 @@ claim(np.allclose(worked(1.0, 2, 0.7), [1, 0, 0, 0]), "then top-p 0.7: [1 0 0 0]
 # renormalised, so the kept tokens gain what the cut ones lose.
 
 # %%
-SETTINGS = {"T = 1": {}, "T = 0.7": dict(temperature=0.7), "top-k 5": dict(top_k=5),
-            "top-p 0.8": dict(top_p=0.8)}
+SETTINGS = {
+    "T = 1": {},
+    "T = 0.7": dict(temperature=0.7),
+    "top-k 5": dict(top_k=5),
+    "top-p 0.8": dict(top_p=0.8),
+}
 laws = {name: law("target", ids, **s) for name, s in SETTINGS.items()}
 top = np.argsort(-laws["T = 1"])[:8]
-table(f"the target's next token after {PROMPT!r}", ["token", *SETTINGS],
-      [[repr(tok.token_str(int(t))), *(f"{laws[n][t]:.3f} {bar(laws[n][t], 0.4, 6)}"
-                                       if laws[n][t] > 0 else "cut" for n in SETTINGS)]
-       for t in top] + [["tokens kept", *(int((laws[n] > 0).sum()) for n in SETTINGS)]])
+table(
+    f"the target's next token after {PROMPT!r}",
+    ["token", *SETTINGS],
+    [
+        [
+            repr(tok.token_str(int(t))),
+            *(
+                f"{laws[n][t]:.3f} {bar(laws[n][t], 0.4, 6)}" if laws[n][t] > 0 else "cut"
+                for n in SETTINGS
+            ),
+        ]
+        for t in top
+    ]
+    + [["tokens kept", *(int((laws[n] > 0).sum()) for n in SETTINGS)]],
+)
 
 
 def draw(ax):
@@ -94,11 +113,17 @@ figure("10_four_laws", draw)
 # %%
 p1, pp = laws["T = 1"], laws["top-p 0.8"]
 kept = np.sort(p1[pp > 0])  # the top-p set, smallest first
-claim(laws["T = 0.7"].max() > p1.max(), f"T = 0.7 sharpens: the likeliest token goes from "
-      f"{p1.max():.3f} to {laws['T = 0.7'].max():.3f}")
+claim(
+    laws["T = 0.7"].max() > p1.max(),
+    f"T = 0.7 sharpens: the likeliest token goes from "
+    f"{p1.max():.3f} to {laws['T = 0.7'].max():.3f}",
+)
 claim(int((laws["top-k 5"] > 0).sum()) == 5, "top-k 5 keeps exactly 5 tokens")
-claim(kept.sum() >= 0.8 > kept[1:].sum(), f"top-p 0.8 keeps the smallest top set whose mass "
-      f"reaches 0.8: {len(kept)} tokens holding {kept.sum():.3f}")
+claim(
+    kept.sum() >= 0.8 > kept[1:].sum(),
+    f"top-p 0.8 keeps the smallest top set whose mass "
+    f"reaches 0.8: {len(kept)} tokens holding {kept.sum():.3f}",
+)
 
 # %% [markdown]
 # ## (b) Speculation samples the filtered law
@@ -124,11 +149,19 @@ for x1 in np.flatnonzero(first):
     exact.update({(int(x1), int(x2)): first[x1] * second[x2] for x2 in np.flatnonzero(second)})
 
 drafter, dparams = bundle.drafter("draft")
-loop = Speculator(graphdef=graphdef, cfg=cfg, drafter=drafter, gamma=GAMMA, eos_id=-1,
-                  capacity=capacity(cfg.n_ctx, len(ids), M, GAMMA + 1), shared=True)
+loop = Speculator(
+    graphdef=graphdef,
+    cfg=cfg,
+    drafter=drafter,
+    gamma=GAMMA,
+    eos_id=-1,
+    capacity=capacity(cfg.n_ctx, len(ids), M, GAMMA + 1),
+    shared=True,
+)
 tokens, lengths = jnp.asarray([ids] * N), jnp.full(N, len(ids))
-state, _ = loop.run(params, dparams, tokens, lengths, jax.random.key(9),
-                    SamplingParams.make(**SP), M)
+state, _ = loop.run(
+    params, dparams, tokens, lengths, jax.random.key(9), SamplingParams.make(**SP), M
+)
 seen = Counter(tuple(s) for s in generated(state, lengths))
 
 
@@ -146,14 +179,22 @@ def chi_square(seen: Counter, exact: dict) -> float:
 
 
 pvalue = chi_square(seen, exact)
-table(f"first two tokens, {N:,} speculative runs", ["continuation", "exact law", "expected",
-                                                    "observed"],
-      [[repr(tok.decode(list(c))), f"{exact[c]:.3f}", f"{N * exact[c]:.0f}", seen[c]]
-       for c in sorted(exact, key=exact.get, reverse=True)[:8]])
-console.print(f"{int((first > 0).sum())} first tokens kept, {len(exact)} possible continuations; "
-              f"{len(seen)} of them were written")
-claim(pvalue > 1e-4, f"speculation fits the filtered target's exact law (chi-square p-value "
-      f"{pvalue:.3f} > 1e-4)")
+table(
+    f"first two tokens, {N:,} speculative runs",
+    ["continuation", "exact law", "expected", "observed"],
+    [
+        [repr(tok.decode(list(c))), f"{exact[c]:.3f}", f"{N * exact[c]:.0f}", seen[c]]
+        for c in sorted(exact, key=exact.get, reverse=True)[:8]
+    ],
+)
+console.print(
+    f"{int((first > 0).sum())} first tokens kept, {len(exact)} possible continuations; "
+    f"{len(seen)} of them were written"
+)
+claim(
+    pvalue > 1e-4,
+    f"speculation fits the filtered target's exact law (chi-square p-value {pvalue:.3f} > 1e-4)",
+)
 
 # %% [markdown]
 # ## (c) Filtered differently: computed exactly
@@ -190,23 +231,40 @@ for name, (s, r, p) in PAIRINGS.items():
     outs[name], acc[name] = output_law(s, r, p)
     off[name] = tv(outs[name], p_f)
     rows.append([name, f"{acc[name]:.3f}", f"{off[name]:.4f}", bar(off[name], 0.3, 12)])
-table("one drafted token: the law that comes out, against p'", ["pairing", "accepted",
-      "TV from p'", ""], rows)
+table(
+    "one drafted token: the law that comes out, against p'",
+    ["pairing", "accepted", "TV from p'", ""],
+    rows,
+)
 
 # %%
-claim(off["as nanospec does"] < 1e-6, "filtered draft, filtered target: the output law is p' "
-      f"(TV {off['as nanospec does']:.1e}, float32 rounding)")
+claim(
+    off["as nanospec does"] < 1e-6,
+    "filtered draft, filtered target: the output law is p' "
+    f"(TV {off['as nanospec does']:.1e}, float32 rounding)",
+)
 lie = "draft cut, rule told uncut q"
-claim(off[lie] > 0.05 and acc[lie] > acc["as nanospec does"], "a draft that samples from its cut "
-      f"law but reports the uncut one is off by TV {off[lie]:.3f}, and accepted too often "
-      f"({acc[lie]:.2f} instead of {acc['as nanospec does']:.2f})")
-claim(tv(outs["target left uncut"], p_t) < 1e-6, "an uncut target gives its uncut law exactly "
-      f"— the wrong law, off by TV {off['target left uncut']:.3f}")
-claim(off["draft uncut, honest about it"] < 1e-6,
-      "an uncut draft that reports its uncut law is still exact: the rule needs an honest q")
-claim(acc["as nanospec does"] > acc["draft uncut, honest about it"], "but filtered like the "
-      f"target, the draft is accepted {acc['as nanospec does']:.2f} of the time, not "
-      f"{acc['draft uncut, honest about it']:.2f}")
+claim(
+    off[lie] > 0.05 and acc[lie] > acc["as nanospec does"],
+    "a draft that samples from its cut "
+    f"law but reports the uncut one is off by TV {off[lie]:.3f}, and accepted too often "
+    f"({acc[lie]:.2f} instead of {acc['as nanospec does']:.2f})",
+)
+claim(
+    tv(outs["target left uncut"], p_t) < 1e-6,
+    "an uncut target gives its uncut law exactly "
+    f"— the wrong law, off by TV {off['target left uncut']:.3f}",
+)
+claim(
+    off["draft uncut, honest about it"] < 1e-6,
+    "an uncut draft that reports its uncut law is still exact: the rule needs an honest q",
+)
+claim(
+    acc["as nanospec does"] > acc["draft uncut, honest about it"],
+    "but filtered like the "
+    f"target, the draft is accepted {acc['as nanospec does']:.2f} of the time, not "
+    f"{acc['draft uncut, honest about it']:.2f}",
+)
 
 # %% [markdown]
 # ## What to take away

@@ -58,21 +58,30 @@ claim(drafts.tolist() == [3, 1, 2, 3] and int(n) == 2, "lookup proposes c a b c 
 
 # %%
 ngram, _ = bundle.drafter("ngram")
-CONTEXT = ('The teacher wrote on the board: "The capital of Peru is Lima. Lima is its largest '
-           'city." The students copied it: "The capital of Peru is Lima.')
+CONTEXT = (
+    'The teacher wrote on the board: "The capital of Peru is Lima. Lima is its largest '
+    'city." The students copied it: "The capital of Peru is Lima.'
+)
 ids = tok.encode_prompt(CONTEXT)
 drafts, matched = ngram.matches(jnp.asarray([ids]), jnp.asarray([len(ids)]), GAMMA)
 drafts, n = drafts[0].tolist(), int(matched[0])
 # By hand: the first place where the last n tokens occurred before.
-first = next(j for j in range(n - 1, len(ids) - 1) if ids[j - n + 1:j + 1] == ids[-n:])
+first = next(j for j in range(n - 1, len(ids) - 1) if ids[j - n + 1 : j + 1] == ids[-n:])
 show = lambda toks: " ".join(repr(tok.token_str(t)) for t in toks)
-table("prompt lookup on the students' copy", ["", "tokens"],
-      [[f"the last {n} tokens", show(ids[-n:])],
-       [f"first seen at tokens {first - n + 1}–{first}", show(ids[first - n + 1:first + 1])],
-       ["what followed them there", show(ids[first + 1:first + 1 + GAMMA])],
-       [f"the {GAMMA} drafts", show(drafts)]])
-claim(drafts == ids[first + 1:first + 1 + GAMMA],
-      f"the drafts are the {GAMMA} tokens that followed the earliest match of the last {n}")
+table(
+    "prompt lookup on the students' copy",
+    ["", "tokens"],
+    [
+        [f"the last {n} tokens", show(ids[-n:])],
+        [f"first seen at tokens {first - n + 1}–{first}", show(ids[first - n + 1 : first + 1])],
+        ["what followed them there", show(ids[first + 1 : first + 1 + GAMMA])],
+        [f"the {GAMMA} drafts", show(drafts)],
+    ],
+)
+claim(
+    drafts == ids[first + 1 : first + 1 + GAMMA],
+    f"the drafts are the {GAMMA} tokens that followed the earliest match of the last {n}",
+)
 
 # %% [markdown]
 # ## When copying wins, and when it does not
@@ -99,26 +108,45 @@ spec = generated(state, lengths)
 rows, per_pass = [], {}
 for i, k in enumerate(kinds):
     r = slice(4 * i, 4 * i + 4)
-    m = metrics(np.asarray(stats.hist[r]).sum(0).tolist(), sum(map(len, spec[r])),
-                int(stats.drafted[r].sum()))
+    m = metrics(
+        np.asarray(stats.hist[r]).sum(0).tolist(),
+        sum(map(len, spec[r])),
+        int(stats.drafted[r].sum()),
+    )
     per_pass[k] = m["tokens_per_target_call"]
     unmatched = m["rounds"] - m["drafted"] // GAMMA  # a round drafts all γ or nothing
-    rows.append([k, m["generated_tokens"], m["rounds"],
-                 f"{unmatched} ({unmatched / m['rounds']:.0%})",
-                 f"{m['acceptance_rate']:.2f}", f"{per_pass[k]:.2f}",
-                 bar(per_pass[k], GAMMA + 1, 10)])
-table(f"prompt lookup, γ = {GAMMA}, T = 0 (4 prompts each)",
-      ["workload", "tokens", "passes", "no match", "accept rate", "tokens / pass", ""],
-      rows)
-figure("11_prompt_lookup", lambda ax: (ax.bar(kinds, [per_pass[k] for k in kinds]),
-                                       ax.set_ylabel("tokens per target pass"),
-                                       ax.set_title(f"prompt lookup, γ = {GAMMA}, T = 0")))
+    rows.append(
+        [
+            k,
+            m["generated_tokens"],
+            m["rounds"],
+            f"{unmatched} ({unmatched / m['rounds']:.0%})",
+            f"{m['acceptance_rate']:.2f}",
+            f"{per_pass[k]:.2f}",
+            bar(per_pass[k], GAMMA + 1, 10),
+        ]
+    )
+table(
+    f"prompt lookup, γ = {GAMMA}, T = 0 (4 prompts each)",
+    ["workload", "tokens", "passes", "no match", "accept rate", "tokens / pass", ""],
+    rows,
+)
+figure(
+    "11_prompt_lookup",
+    lambda ax: (
+        ax.bar(kinds, [per_pass[k] for k in kinds]),
+        ax.set_ylabel("tokens per target pass"),
+        ax.set_title(f"prompt lookup, γ = {GAMMA}, T = 0"),
+    ),
+)
 
 # %%
 others = max(per_pass["code"], per_pass["facts"])
-claim(per_pass["repetitive"] >= 1.5 * others,
-      f"on repetitive text a target pass yields {per_pass['repetitive']:.2f} tokens, "
-      f"at least {per_pass['repetitive'] / others:.1f}× what it yields on code or on facts")
+claim(
+    per_pass["repetitive"] >= 1.5 * others,
+    f"on repetitive text a target pass yields {per_pass['repetitive']:.2f} tokens, "
+    f"at least {per_pass['repetitive'] / others:.1f}× what it yields on code or on facts",
+)
 
 # %% [markdown]
 # ## Still exact: the text of greedy decoding
@@ -134,9 +162,11 @@ ar_state, _ = ar.run(params, (), tokens, lengths, jax.random.key(0), GREEDY, N)
 parted = text_features(graphdef, params, rows_ids, generated(ar_state, lengths)).parted(spec)
 for row, t, gap in parted:  # float32 only: texts may part where the top two logits (nearly) tie
     console.print(f"prompt {row} parts at token {t}: top-2 logit gap {gap:.1e}")
-claim(all(gap < NEAR_TIE for _, _, gap in parted),
-      f"prompt lookup wrote exactly the greedy text on {len(spec) - len(parted)} of {len(spec)} "
-      f"prompts{', and the rest part only at near-ties' if parted else ''}")
+claim(
+    all(gap < NEAR_TIE for _, _, gap in parted),
+    f"prompt lookup wrote exactly the greedy text on {len(spec) - len(parted)} of {len(spec)} "
+    f"prompts{', and the rest part only at near-ties' if parted else ''}",
+)
 
 # %% [markdown]
 # ## What to look at

@@ -64,8 +64,10 @@ console.print(f"features: {text.hidden.shape} (prompts, positions, the target's 
 
 # %%
 loop, mparams = make_loop(bundle, "medusa", GAMMA)
-console.print(f"the heads draft among {len(loop.drafter.hc.draft_vocab):,} of the target's "
-              f"{cfg.vocab_size:,} tokens")
+console.print(
+    f"the heads draft among {len(loop.drafter.hc.draft_vocab):,} of the target's "
+    f"{cfg.vocab_size:,} tokens"
+)
 pos = acceptance_by_position([(loop.drafter, mparams)], text, GAMMA)
 console.print(f"drafts: {pos.drafts.shape} (prompts, starts, drafters, γ)")
 
@@ -81,22 +83,43 @@ console.print(f"drafts: {pos.drafts.shape} (prompts, starts, drafters, γ)")
 # %%
 top1, accepted = pos.top1[0], pos.accepted[0]  # (γ,) each
 cols = ["medusa", *[f"draft {k}" for k in range(1, GAMMA + 1)], "tokens / round"]
-table(f"by position, T = 0: a round at each of {pos.rounds} starts", cols,
-      [["top-1", *(f"{a:.2f}" for a in top1), ""],
-       ["accepted", *(f"{a:.2f}" for a in accepted), f"{pos.tokens_per_round[0]:.2f}"]])
-figure("12_medusa_by_position", lambda ax: (
-    ax.plot(range(1, GAMMA + 1), top1, "o-", label="head k's top-1"),
-    ax.plot(range(1, GAMMA + 1), accepted, "s--", label="drafts 1..k all accepted"),
-    ax.set_xticks(range(1, GAMMA + 1)), ax.set_xlabel("draft k"), ax.set_ylim(0, 1),
-    ax.legend(), ax.set_title("Medusa at T = 0")))
-console.print("tokens a round: 1 (the target's own) + " + " + ".join(f"{a:.2f}" for a in accepted)
-              + f" (one per accepted draft) = {pos.tokens_per_round[0]:.2f}")
-claim(bool(np.all(np.diff(top1) < 0)) and top1[0] - top1[-1] > 0.1, f"the further ahead, the "
-      f"worse the guess: head 1 is right {top1[0]:.0%} of the time, then "
-      + ", ".join(f"{a:.0%}" for a in top1[1:]))
+table(
+    f"by position, T = 0: a round at each of {pos.rounds} starts",
+    cols,
+    [
+        ["top-1", *(f"{a:.2f}" for a in top1), ""],
+        ["accepted", *(f"{a:.2f}" for a in accepted), f"{pos.tokens_per_round[0]:.2f}"],
+    ],
+)
+figure(
+    "12_medusa_by_position",
+    lambda ax: (
+        ax.plot(range(1, GAMMA + 1), top1, "o-", label="head k's top-1"),
+        ax.plot(range(1, GAMMA + 1), accepted, "s--", label="drafts 1..k all accepted"),
+        ax.set_xticks(range(1, GAMMA + 1)),
+        ax.set_xlabel("draft k"),
+        ax.set_ylim(0, 1),
+        ax.legend(),
+        ax.set_title("Medusa at T = 0"),
+    ),
+)
+console.print(
+    "tokens a round: 1 (the target's own) + "
+    + " + ".join(f"{a:.2f}" for a in accepted)
+    + f" (one per accepted draft) = {pos.tokens_per_round[0]:.2f}"
+)
+claim(
+    bool(np.all(np.diff(top1) < 0)) and top1[0] - top1[-1] > 0.1,
+    f"the further ahead, the "
+    f"worse the guess: head 1 is right {top1[0]:.0%} of the time, then "
+    + ", ".join(f"{a:.0%}" for a in top1[1:]),
+)
 far = accepted[2:].sum()  # what drafts 3 and 4 add to a round
-claim(far > 0.25 * accepted.sum(), f"heads 3 and 4 still add tokens: they bring {far:.2f} of the "
-      f"{accepted.sum():.2f} drafts a round accepts ({far / accepted.sum():.0%})")
+claim(
+    far > 0.25 * accepted.sum(),
+    f"heads 3 and 4 still add tokens: they bring {far:.2f} of the "
+    f"{accepted.sum():.2f} drafts a round accepts ({far / accepted.sum():.0%})",
+)
 
 # %% [markdown]
 # Head 4 reads the same feature as head 1 and cannot know what heads 1–3 guessed: it bets on
@@ -120,30 +143,45 @@ state, stats = loop.run(params, mparams, tokens, lengths, jax.random.key(0), GRE
 spec = generated(state, lengths)
 m = metrics(np.asarray(stats.hist).sum(0).tolist(), sum(map(len, spec)), int(stats.drafted.sum()))
 hist = m["acceptance_histogram"]
-table(f"the loop's {m['rounds']} rounds, by drafts accepted (γ = {GAMMA})",
-      ["accepted", "rounds", "tokens each (at most)", ""],
-      [[k, n, k + 1, bar(n, max(hist), 20)] for k, n in enumerate(hist)])
-console.print(f"{m['generated_tokens']} tokens in {m['rounds']} rounds over the {len(spec)} rows "
-              f"(one verify pass each, per row; the rows share batched passes): "
-              f"{m['tokens_per_target_call']:.2f} per round (a row's last round is cut at {N} "
-              f"tokens or after <|endoftext|>: uncut, these rounds would make "
-              f"{sum((k + 1) * n for k, n in enumerate(hist))})")
+table(
+    f"the loop's {m['rounds']} rounds, by drafts accepted (γ = {GAMMA})",
+    ["accepted", "rounds", "tokens each (at most)", ""],
+    [[k, n, k + 1, bar(n, max(hist), 20)] for k, n in enumerate(hist)],
+)
+console.print(
+    f"{m['generated_tokens']} tokens in {m['rounds']} rounds over the {len(spec)} rows "
+    f"(one verify pass each, per row; the rows share batched passes): "
+    f"{m['tokens_per_target_call']:.2f} per round (a row's last round is cut at {N} "
+    f"tokens or after <|endoftext|>: uncut, these rounds would make "
+    f"{sum((k + 1) * n for k, n in enumerate(hist))})"
+)
 
 # %%
 parted = text.parted(spec)  # text: the greedy text above, read by one uncached target pass
 every = text.continuation_gaps()  # the target's top-2 gap behind each greedy token
-console.print(f"the target's top-2 logit gap along the greedy text: median {np.median(every):.1f}, "
-              f"smallest {every.min():.4f}; {int((every < NEAR_TIE).sum())} of {every.size} "
-              f"positions are near-ties (< {NEAR_TIE})")
+console.print(
+    f"the target's top-2 logit gap along the greedy text: median {np.median(every):.1f}, "
+    f"smallest {every.min():.4f}; {int((every < NEAR_TIE).sum())} of {every.size} "
+    f"positions are near-ties (< {NEAR_TIE})"
+)
 for b, t, gap in parted:
-    console.print(f"[yellow]near-tie?[/] prompt {b} parts from the greedy text at token {t}, "
-                  f"where the target's top two logits are {gap:.4f} apart")
-claim(all(gap < NEAR_TIE for _, _, gap in parted), (
-    f"Medusa drafting wrote exactly the greedy text on all {len(spec)} prompts" if not parted else
-    f"Medusa drafting wrote exactly the greedy text on {len(spec) - len(parted)} of {len(spec)} "
-    f"prompts, and parted from it on the others only at near-ties"))
-claim(m["tokens_per_target_call"] > 2, f"each row's target pass yielded "
-      f"{m['tokens_per_target_call']:.2f} tokens, more than two")
+    console.print(
+        f"[yellow]near-tie?[/] prompt {b} parts from the greedy text at token {t}, "
+        f"where the target's top two logits are {gap:.4f} apart"
+    )
+claim(
+    all(gap < NEAR_TIE for _, _, gap in parted),
+    (
+        f"Medusa drafting wrote exactly the greedy text on all {len(spec)} prompts"
+        if not parted
+        else f"Medusa drafting wrote exactly the greedy text on {len(spec) - len(parted)} of {len(spec)} "
+        f"prompts, and parted from it on the others only at near-ties"
+    ),
+)
+claim(
+    m["tokens_per_target_call"] > 2,
+    f"each row's target pass yielded {m['tokens_per_target_call']:.2f} tokens, more than two",
+)
 
 # %% [markdown]
 # Fewer than the table's tokens per round, mostly because the table weighs every start alike,
@@ -159,24 +197,41 @@ claim(m["tokens_per_target_call"] > 2, f"each row's target pass yielded "
 # computed; the draft model keeps a KV cache and runs its two layers γ times a round.
 # (`nanospec bench` times a drafting round in place: its column c, docs/results.md.)
 
+
 # %%
 def carried(method):
     """The shapes of the drafter's state for one row, from `prefill` traced (nothing runs)."""
     loop, dparams = make_loop(bundle, method, GAMMA)
-    s = jax.eval_shape(lambda: loop.prefill(params, dparams, tokens[:1], lengths[:1],
-                                            jax.random.key(0)))
+    s = jax.eval_shape(
+        lambda: loop.prefill(params, dparams, tokens[:1], lengths[:1], jax.random.key(0))
+    )
     return [x.shape for x in jax.tree.leaves(s.dstate)]
 
 
 cost = {k: (extra_cost(bundle, k, GAMMA), carried(k)) for k in ("draft", "medusa")}
-table("what a drafter adds to the target", ["method", "parameters", "MiB", "state per row"],
-      [[k, f"{c['extra_params']:,}", f"{c['extra_memory_mb']:.2f}",
-        f"{sum(int(np.prod(x)) for x in shapes):,} numbers"] for k, (c, shapes) in cost.items()])
-claim(cost["medusa"][1] == [(1, cfg.d_model)], f"between rounds the heads keep one target "
-      f"feature per row ({cfg.d_model} numbers): no cache, no pass of their own")
-claim(cost["medusa"][0]["extra_memory_mb"] < cost["draft"][0]["extra_memory_mb"],
-      f"the heads add {cost['medusa'][0]['extra_memory_mb']:.2f} MiB to the target, the draft "
-      f"model {cost['draft'][0]['extra_memory_mb']:.2f} MiB")
+table(
+    "what a drafter adds to the target",
+    ["method", "parameters", "MiB", "state per row"],
+    [
+        [
+            k,
+            f"{c['extra_params']:,}",
+            f"{c['extra_memory_mb']:.2f}",
+            f"{sum(int(np.prod(x)) for x in shapes):,} numbers",
+        ]
+        for k, (c, shapes) in cost.items()
+    ],
+)
+claim(
+    cost["medusa"][1] == [(1, cfg.d_model)],
+    f"between rounds the heads keep one target "
+    f"feature per row ({cfg.d_model} numbers): no cache, no pass of their own",
+)
+claim(
+    cost["medusa"][0]["extra_memory_mb"] < cost["draft"][0]["extra_memory_mb"],
+    f"the heads add {cost['medusa'][0]['extra_memory_mb']:.2f} MiB to the target, the draft "
+    f"model {cost['draft'][0]['extra_memory_mb']:.2f} MiB",
+)
 
 # %% [markdown]
 # ## What to look at

@@ -55,15 +55,20 @@ ids = [tok.encode_prompt(p) for p in workload_prompts("facts", 4) + workload_pro
 
 # %%
 text, m = greedy_text(bundle, "eagle", ids, N, GAMMA)
-console.print(f"{m['generated_tokens']} tokens in {m['rounds']} rounds over the {len(ids)} rows, "
-              f"one target pass each for its row (the rows share batched passes; plus one over "
-              f"the prompt): {m['tokens_per_target_call']:.2f} per round")
+console.print(
+    f"{m['generated_tokens']} tokens in {m['rounds']} rounds over the {len(ids)} rows, "
+    f"one target pass each for its row (the rows share batched passes; plus one over "
+    f"the prompt): {m['tokens_per_target_call']:.2f} per round"
+)
 
 off = text.off_greedy()  # [(row, token, top-2 gap)] wherever a token is not the argmax
-claim(all(gap < NEAR_TIE for _, _, gap in off), f"every token EAGLE's loop wrote on the "
-      f"{len(ids)} prompts is the target's greedy choice, save where it diverged at a "
-      f"near-tie ({len(off)} tokens here; the closest call: a top-2 gap of "
-      f"{text.continuation_gaps().min():.4f}): the text of greedy decoding")
+claim(
+    all(gap < NEAR_TIE for _, _, gap in off),
+    f"every token EAGLE's loop wrote on the "
+    f"{len(ids)} prompts is the target's greedy choice, save where it diverged at a "
+    f"near-tie ({len(off)} tokens here; the closest call: a top-2 gap of "
+    f"{text.continuation_gaps().min():.4f}): the text of greedy decoding",
+)
 
 # %% [markdown]
 # ## Side by side: a round at every point of the text
@@ -79,8 +84,11 @@ pos = acceptance_by_position([bundle.drafter(n) for n in NAMES], text, GAMMA)
 accepted, reached = pos.accepted, pos.reached  # (2, γ) each: Medusa, EAGLE
 table(f"accepted, by position, T = 0: a round at each of {pos.rounds} starts", *pos.table(NAMES))
 figure("13_eagle_vs_medusa", lambda ax: pos.plot(ax, NAMES))
-claim((accepted[1] - accepted[0] > 0.1).all(), "EAGLE accepts more than Medusa at every "
-      "position: " + ", ".join(f"{e:.2f} vs {md:.2f}" for md, e in accepted.T))
+claim(
+    (accepted[1] - accepted[0] > 0.1).all(),
+    "EAGLE accepts more than Medusa at every "
+    "position: " + ", ".join(f"{e:.2f} vs {md:.2f}" for md, e in accepted.T),
+)
 
 # %% [markdown]
 # ## Why: every EAGLE draft is a one-step guess
@@ -90,11 +98,17 @@ claim((accepted[1] - accepted[0] > 0.1).all(), "EAGLE accepts more than Medusa a
 
 # %%
 table("draft k accepted, once reached", *pos.table(NAMES, "reached"))
-claim(np.abs(reached[1] - reached[1, 0]).max() < 0.05, "once reached, every EAGLE draft is "
-      "accepted about as often as its first (within 0.05): "
-      + ", ".join(f"{r:.2f}" for r in reached[1]))
-claim(reached[1].min() > reached[0].max(), f"every EAGLE draft, once reached, is accepted at "
-      f"least {reached[1].min():.2f} of the time; a Medusa head at most {reached[0].max():.2f}")
+claim(
+    np.abs(reached[1] - reached[1, 0]).max() < 0.05,
+    "once reached, every EAGLE draft is "
+    "accepted about as often as its first (within 0.05): "
+    + ", ".join(f"{r:.2f}" for r in reached[1]),
+)
+claim(
+    reached[1].min() > reached[0].max(),
+    f"every EAGLE draft, once reached, is accepted at "
+    f"least {reached[1].min():.2f} of the time; a Medusa head at most {reached[0].max():.2f}",
+)
 
 # %% [markdown]
 # EAGLE's first step reads the pair that carries the last committed token, and each later step
@@ -108,16 +122,23 @@ claim(reached[1].min() > reached[0].max(), f"every EAGLE draft, once reached, is
 # The first round where EAGLE's 4 drafts are right and Medusa's 2nd is wrong after a right 1st.
 right = pos.right  # (B, J, 2, γ)
 shows = pos.valid & right[:, :, 1].all(-1) & right[:, :, 0, 0] & ~right[:, :, 0, 1]
-claim(shows.any(), f"in {shows.sum()} of the {pos.rounds} rounds EAGLE's 4 drafts are right "
-      "and Medusa's 2nd is wrong after a right 1st; the first of them:")
+claim(
+    shows.any(),
+    f"in {shows.sum()} of the {pos.rounds} rounds EAGLE's 4 drafts are right "
+    "and Medusa's 2nd is wrong after a right 1st; the first of them:",
+)
 b, j = next(zip(*np.nonzero(shows)))
 start = pos.starts[b, j]
 mark = lambda x, ok: repr(tok.token_str(int(x))) + ("" if ok else " ×")
-table(f"one round: {tok.decode(text.seq[b, max(0, start - 12):start])!r} …",
-      ["", *[f"draft {k}" for k in range(1, GAMMA + 1)]],
-      [["the text", *(repr(tok.token_str(int(x))) for x in pos.truth[b, j])]]
-      + [[n, *(mark(x, ok) for x, ok in zip(pos.drafts[b, j, i], right[b, j, i]))]
-         for i, n in enumerate(NAMES)])
+table(
+    f"one round: {tok.decode(text.seq[b, max(0, start - 12) : start])!r} …",
+    ["", *[f"draft {k}" for k in range(1, GAMMA + 1)]],
+    [["the text", *(repr(tok.token_str(int(x))) for x in pos.truth[b, j])]]
+    + [
+        [n, *(mark(x, ok) for x, ok in zip(pos.drafts[b, j, i], right[b, j, i]))]
+        for i, n in enumerate(NAMES)
+    ],
+)
 
 # %% [markdown]
 # ## What to look at

@@ -42,8 +42,10 @@ bundle = shipped("target", *NAMES)
 tok = bundle.tok
 cfg, graphdef, params = bundle.models["target"]
 hc = bundle.models["mtp"][0]
-console.print(f"MTP: {hc.depth} modules, {hc.width} wide, MLP {hc.mlp_mult}× wider, "
-              f"on a target {hc.d_model} wide")
+console.print(
+    f"MTP: {hc.depth} modules, {hc.width} wide, MLP {hc.mlp_mult}× wider, "
+    f"on a target {hc.d_model} wide"
+)
 GAMMA, N = hc.depth, 48
 ids = [tok.encode_prompt(p) for p in workload_prompts("facts", 4) + workload_prompts("code", 4)]
 
@@ -57,15 +59,20 @@ ids = [tok.encode_prompt(p) for p in workload_prompts("facts", 4) + workload_pro
 
 # %%
 text, m = greedy_text(bundle, "mtp", ids, N, GAMMA)
-console.print(f"{m['generated_tokens']} tokens in {m['rounds']} rounds over the {len(ids)} rows, "
-              f"one target pass each for its row (the rows share batched passes; plus one over "
-              f"the prompt): {m['tokens_per_target_call']:.2f} per round")
+console.print(
+    f"{m['generated_tokens']} tokens in {m['rounds']} rounds over the {len(ids)} rows, "
+    f"one target pass each for its row (the rows share batched passes; plus one over "
+    f"the prompt): {m['tokens_per_target_call']:.2f} per round"
+)
 
 off = text.off_greedy()  # [(row, token, top-2 gap)] wherever a token is not the argmax
-claim(all(gap < NEAR_TIE for _, _, gap in off), f"every token MTP's loop wrote on the "
-      f"{len(ids)} prompts is the target's greedy choice, save where it diverged at a "
-      f"near-tie ({len(off)} tokens here; the closest call: a top-2 gap of "
-      f"{text.continuation_gaps().min():.4f}): the text of greedy decoding")
+claim(
+    all(gap < NEAR_TIE for _, _, gap in off),
+    f"every token MTP's loop wrote on the "
+    f"{len(ids)} prompts is the target's greedy choice, save where it diverged at a "
+    f"near-tie ({len(off)} tokens here; the closest call: a top-2 gap of "
+    f"{text.continuation_gaps().min():.4f}): the text of greedy decoding",
+)
 
 # %% [markdown]
 # ## Three drafters, a round at every point of the text
@@ -82,14 +89,22 @@ figure("14_three_heads", lambda ax: pos.plot(ax, NAMES))
 
 # %%
 medusa, eagle, mtp = accepted
-claim((mtp - medusa > 0.05).all(), "MTP accepts more than Medusa at every position: "
-      + ", ".join(f"{a:.2f} vs {b:.2f}" for a, b in zip(mtp, medusa)))
-claim(np.abs(reached[2] - reached[2, 0]).max() < 0.05 and reached[2].min() > reached[0].max(),
-      "like EAGLE's, every MTP draft, once reached, is accepted about as often as its first "
-      f"(within 0.05: {', '.join(f'{r:.2f}' for r in reached[2])}), and at least "
-      f"{reached[2].min():.2f} of the time; a Medusa head at most {reached[0].max():.2f}")
-claim((eagle > mtp).all(), "EAGLE accepts more than MTP at every position: "
-      + ", ".join(f"{a:.2f} vs {b:.2f}" for a, b in zip(eagle, mtp)))
+claim(
+    (mtp - medusa > 0.05).all(),
+    "MTP accepts more than Medusa at every position: "
+    + ", ".join(f"{a:.2f} vs {b:.2f}" for a, b in zip(mtp, medusa)),
+)
+claim(
+    np.abs(reached[2] - reached[2, 0]).max() < 0.05 and reached[2].min() > reached[0].max(),
+    "like EAGLE's, every MTP draft, once reached, is accepted about as often as its first "
+    f"(within 0.05: {', '.join(f'{r:.2f}' for r in reached[2])}), and at least "
+    f"{reached[2].min():.2f} of the time; a Medusa head at most {reached[0].max():.2f}",
+)
+claim(
+    (eagle > mtp).all(),
+    "EAGLE accepts more than MTP at every position: "
+    + ", ".join(f"{a:.2f} vs {b:.2f}" for a, b in zip(eagle, mtp)),
+)
 
 # %% [markdown]
 # Seeing the last committed token, and then each draft before it, so that every draft is a
@@ -109,18 +124,26 @@ tokens, lengths = pad_prompts(ids, cfg.n_ctx)
 def carried(method):
     """The numbers the drafter keeps per row between rounds, from `prefill` traced."""
     loop, dparams = make_loop(bundle, method, GAMMA)
-    s = jax.eval_shape(lambda: loop.prefill(params, dparams, tokens[:1], lengths[:1],
-                                            jax.random.key(0)))
+    s = jax.eval_shape(
+        lambda: loop.prefill(params, dparams, tokens[:1], lengths[:1], jax.random.key(0))
+    )
     return sum(x.size for x in jax.tree.leaves(s.dstate))
 
 
 cost = {n: (extra_cost(bundle, n, GAMMA), carried(n)) for n in NAMES}
-table("what a head adds to the target", ["head", "parameters", "MiB", "state per row"],
-      [[n, f"{c['extra_params']:,}", f"{c['extra_memory_mb']:.2f}", f"{s:,} numbers"]
-       for n, (c, s) in cost.items()])
-console.print(f"By construction, MTP keeps one feature per row between rounds "
-              f"({cost['mtp'][1]} numbers, the target's width), as Medusa does; EAGLE a KV "
-              f"cache and its last output ({cost['eagle'][1]:,} numbers).")
+table(
+    "what a head adds to the target",
+    ["head", "parameters", "MiB", "state per row"],
+    [
+        [n, f"{c['extra_params']:,}", f"{c['extra_memory_mb']:.2f}", f"{s:,} numbers"]
+        for n, (c, s) in cost.items()
+    ],
+)
+console.print(
+    f"By construction, MTP keeps one feature per row between rounds "
+    f"({cost['mtp'][1]} numbers, the target's width), as Medusa does; EAGLE a KV "
+    f"cache and its last output ({cost['eagle'][1]:,} numbers)."
+)
 
 # %% [markdown]
 # ## What to look at

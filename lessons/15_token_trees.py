@@ -49,9 +49,19 @@ tree = Tree.from_branching((2, 1, 1, 1))  # `nanospec bench --tree 2,1,1,1`: 9 n
 # node 1, a rival guess for the token before it.
 
 # %%
-table("Tree.from_branching((2, 1, 1, 1))", ["node", "parent", "position", "attends to 0..8"],
-      [[c, tree.parents[c] if c else "—", f"L−1+{tree.depth[c]}",
-        " ".join("■" if s else "·" for s in tree.ancestor_mask[c])] for c in range(tree.size)])
+table(
+    "Tree.from_branching((2, 1, 1, 1))",
+    ["node", "parent", "position", "attends to 0..8"],
+    [
+        [
+            c,
+            tree.parents[c] if c else "—",
+            f"L−1+{tree.depth[c]}",
+            " ".join("■" if s else "·" for s in tree.ancestor_mask[c]),
+        ]
+        for c in range(tree.size)
+    ],
+)
 
 # %% [markdown]
 # ## Siblings, one after another (tree.py's worked example)
@@ -66,11 +76,16 @@ fmt = lambda law: "  ".join(f"{float(x):.2f}" for x in law)
 p3, onehots = jnp.array([0.5, 0.3, 0.2]), jnp.eye(3)[:2]
 rs, left = jax.jit(sibling_laws)(p3, onehots, jnp.ones(2, bool))
 acc, _ = jax.jit(sibling_outcome)(p3, onehots, jnp.array([0, 1]))
-table("two siblings", ["sibling", "token", "tested against r", "accepted with"],
-      [[k, k, fmt(rs[k]), f"{float(acc[k]):.2f}"] for k in range(2)]
-      + [["all rejected", "—", fmt(left), "draw from it"]])
-console.print("P(0) = .5, P(1) = .5·.6 = .3, P(2) = .5·.4 = .2: p again. A chain (sibling 0 "
-              "alone) moves on half the time, the pair 80% of the time.")
+table(
+    "two siblings",
+    ["sibling", "token", "tested against r", "accepted with"],
+    [[k, k, fmt(rs[k]), f"{float(acc[k]):.2f}"] for k in range(2)]
+    + [["all rejected", "—", fmt(left), "draw from it"]],
+)
+console.print(
+    "P(0) = .5, P(1) = .5·.6 = .3, P(2) = .5·.4 = .2: p again. A chain (sibling 0 "
+    "alone) moves on half the time, the pair 80% of the time."
+)
 
 # %% [markdown]
 # ## The law, by enumeration
@@ -112,14 +127,23 @@ with jax.enable_x64(True):
     w_w = q_w[xs_w[:, 0]] * q_w[xs_w[:, 1]] / (1 - q_w[xs_w[:, 0]])  # the 2nd: q without the 1st
     wrong = leaving_law(p_w, xs_w, np.broadcast_to(q_w, (*xs_w.shape, 3)), w_w)
 gap = {name: float(np.abs(law - p).max()) for name, law in laws.items()}
-table("the token that leaves the parent", ["siblings", *(f"P({y})" for y in range(5)), "|P − p|"],
-      [[name, *(f"{x:.4f}" for x in law), f"{gap[name]:.0e}"] for name, law in laws.items()]
-      + [["target p", *(f"{x:.4f}" for x in p), ""]])
+table(
+    "the token that leaves the parent",
+    ["siblings", *(f"P({y})" for y in range(5)), "|P − p|"],
+    [[name, *(f"{x:.4f}" for x in law), f"{gap[name]:.0e}"] for name, law in laws.items()]
+    + [["target p", *(f"{x:.4f}" for x in p), ""]],
+)
 console.print(f"without replacement: p = {fmt(p_w)}, q = {fmt(q_w)} gives P = {fmt(wrong)}")
-claim(max(gap.values()) < 1e-12, f"sampled and top-k siblings both leave with law p "
-      f"(largest error {max(gap.values()):.0e}, float64)")
-claim(abs(wrong[1] - 1) < 1e-12, "drawn without replacement but tested against q, token 1 comes "
-      "out every time instead of 20%: node_q must be the law each sibling was drawn from")
+claim(
+    max(gap.values()) < 1e-12,
+    f"sampled and top-k siblings both leave with law p "
+    f"(largest error {max(gap.values()):.0e}, float64)",
+)
+claim(
+    abs(wrong[1] - 1) < 1e-12,
+    "drawn without replacement but tested against q, token 1 comes "
+    "out every time instead of 20%: node_q must be the law each sibling was drawn from",
+)
 
 # %% [markdown]
 # ## A real round
@@ -132,11 +156,16 @@ claim(abs(wrong[1] - 1) < 1e-12, "drawn without replacement but tested against q
 
 # %%
 T1, N = SamplingParams.make(1.0), 48
-tokens, lengths = pad_prompts([tok.encode_prompt(s) for s in workload_prompts("facts", 16)],
-                              cfg.n_ctx)
-running = {k: lp.rounds(params, dp, tokens, lengths, jax.random.key(0), T1, N) for k, (lp, dp)
-           in {"tree": make_loop(bundle, "draft", tree=tree, top=False),
-               "chain": make_loop(bundle, "draft", gamma=8)}.items()}
+tokens, lengths = pad_prompts(
+    [tok.encode_prompt(s) for s in workload_prompts("facts", 16)], cfg.n_ctx
+)
+running = {
+    k: lp.rounds(params, dp, tokens, lengths, jax.random.key(0), T1, N)
+    for k, (lp, dp) in {
+        "tree": make_loop(bundle, "draft", tree=tree, top=False),
+        "chain": make_loop(bundle, "draft", gamma=8),
+    }.items()
+}
 done = {k: [] for k in running}  # (trace, seconds) of every round, the two loops interleaved
 while running:
     for k in list(running):
@@ -154,8 +183,11 @@ while running:
 
 # %%
 first, second = tree.children[0, :2]
-picks = [(i, b) for i, (t, _) in enumerate(done["tree"])
-         for b in np.flatnonzero(np.asarray(t.live) & (np.asarray(t.path)[:, 1] == second))]
+picks = [
+    (i, b)
+    for i, (t, _) in enumerate(done["tree"])
+    for b in np.flatnonzero(np.asarray(t.live) & (np.asarray(t.path)[:, 1] == second))
+]
 i, b = (picks or [(0, 0)])[0]
 events = [e for e in events_from_tree_step(done["tree"][i][0], tok, i, tree) if e["row"] == b]
 nodes = {n["node"]: n for e in events if e["type"] == "tree" for n in e["nodes"]}
@@ -166,8 +198,11 @@ def draw(c, indent=""):
     kids = [k for k in tree.children[c] if k >= 0]
     for j, k in enumerate(kids):
         n, end = nodes[k], j == len(kids) - 1
-        console.print(f"{indent}{'└── ' if end else '├── '}{k} {n['text']!r:12} "
-                      f"q {n['q']:.2f}  p {n['p']:.2f}  {n['verdict']}", markup=False)
+        console.print(
+            f"{indent}{'└── ' if end else '├── '}{k} {n['text']!r:12} "
+            f"q {n['q']:.2f}  p {n['p']:.2f}  {n['verdict']}",
+            markup=False,
+        )
         draw(k, indent + ("    " if end else "│   "))
 
 
@@ -194,18 +229,28 @@ rows = lambda k, f: np.concatenate([np.asarray(f(t))[np.asarray(t.live)] for t, 
 n_tree, via = rows("tree", lambda t: t.n_accepted), rows("tree", lambda t: t.path[:, 1])
 tree_tok, branch_tok = n_tree + 1, np.where(via == first, n_tree, 0) + 1
 chain_tok = rows("chain", lambda t: t.verdict.n_accepted) + 1
-E = {"chain γ=4 (first branch)": branch_tok.mean(), "tree 2,1,1,1": tree_tok.mean(),
-     "chain γ=8": chain_tok.mean()}
+E = {
+    "chain γ=4 (first branch)": branch_tok.mean(),
+    "tree 2,1,1,1": tree_tok.mean(),
+    "chain γ=8": chain_tok.mean(),
+}
 width = dict(zip(E, (5, 9, 9)))  # tokens in the target pass
-table(f"tokens per target pass, T = 1 ({len(tree_tok)} tree and {len(chain_tok)} chain rounds)",
-      ["drafts", "in the pass", "tokens per pass", ""],
-      [[k, width[k], f"{e:.2f}", bar(e, 9, 20)] for k, e in E.items()])
-console.print(f"the second child saved {int(np.sum(tree_tok > branch_tok))} of "
-              f"{len(tree_tok)} rounds")
+table(
+    f"tokens per target pass, T = 1 ({len(tree_tok)} tree and {len(chain_tok)} chain rounds)",
+    ["drafts", "in the pass", "tokens per pass", ""],
+    [[k, width[k], f"{e:.2f}", bar(e, 9, 20)] for k, e in E.items()],
+)
+console.print(
+    f"the second child saved {int(np.sum(tree_tok > branch_tok))} of {len(tree_tok)} rounds"
+)
 z = (chain_tok.mean() - tree_tok.mean()) / np.sqrt(
-    tree_tok.var() / len(tree_tok) + chain_tok.var() / len(chain_tok))
-claim(z > 3.09, f"at equal node budget the chain wins: {chain_tok.mean():.2f} tokens per pass "
-      f"against the tree's {tree_tok.mean():.2f}, z = {z:.1f} > 3.09 standard errors apart")
+    tree_tok.var() / len(tree_tok) + chain_tok.var() / len(chain_tok)
+)
+claim(
+    z > 3.09,
+    f"at equal node budget the chain wins: {chain_tok.mean():.2f} tokens per pass "
+    f"against the tree's {tree_tok.mean():.2f}, z = {z:.1f} > 3.09 standard errors apart",
+)
 
 # %% [markdown]
 # Why: this draft agrees with the target so often that an 8th draft in line is worth more than
@@ -224,17 +269,21 @@ claim(z > 3.09, f"at equal node budget the chain wins: {chain_tok.mean():.2f} to
 # where the arithmetic per token counts, as on a CPU. Drafting aside, a round costs r(N) and
 # yields E tokens: E / r(N) is the predicted speedup over autoregressive decoding.
 
+
 # %%
 def probe(mask, offsets, context=64):
     """forward_probe(target, 9) with `mask` (None: causal) and positions context + offsets,
     and 8 passes a call instead of 32, so that the pairs come close together."""
+
     @jax.jit
     def loop(params, cache, tok):
         def body(i, carry):  # each pass feeds on the last one's argmax: nothing to hoist
             cache, tok = carry
-            logits, _, cache = forward(graphdef, params, tok, context + offsets[None], cache,
-                                       block_mask=mask)
+            logits, _, cache = forward(
+                graphdef, params, tok, context + offsets[None], cache, block_mask=mask
+            )
             return rollback(cache, cache.length - 9), jnp.argmax(logits, -1).astype(jnp.int32)
+
         return jax.lax.fori_loop(0, 8, body, (cache, tok))
 
     cache = init_cache(cfg.n_layer, cfg.n_head, cfg.head_dim, 1, cfg.n_ctx)
@@ -245,26 +294,42 @@ def probe(mask, offsets, context=64):
 as_tree = probe(jnp.asarray(tree.ancestor_mask), jnp.asarray(tree.depth))
 pairs = interleaved_samples({"tree": as_tree, "causal": probe(None, jnp.arange(9))}, repeats=16)
 same = statistics.median(t / c for t, c in zip(pairs["tree"], pairs["causal"]))  # pair by pair
-claim(abs(same - 1) < 0.25, f"a pass over the tree costs {same:.2f}× a causal pass over its 9 "
-      "tokens: the same work (asserted: within 25%)")
+claim(
+    abs(same - 1) < 0.25,
+    f"a pass over the tree costs {same:.2f}× a causal pass over its 9 "
+    "tokens: the same work (asserted: within 25%)",
+)
 samples = interleaved_samples({n: forward_probe(target, n) for n in (1, 5, 9)}, repeats=5)
 ratio = lambda a, b: statistics.median(x / y for x, y in zip(samples[a], samples[b]))
 r = {n: ratio(n, 1) for n in samples}  # pass by pass, as lesson 09 takes them
-table("predicted speedup, drafting aside: E / r(N)", ["drafts", "r(N) here", "here", "r(N) = 1"],
-      [[k, f"{r[width[k]]:.2f}", f"{e / r[width[k]]:.2f}×", f"{e:.2f}×"]
-       for k, e in E.items()])
+table(
+    "predicted speedup, drafting aside: E / r(N)",
+    ["drafts", "r(N) here", "here", "r(N) = 1"],
+    [[k, f"{r[width[k]]:.2f}", f"{e / r[width[k]]:.2f}×", f"{e:.2f}×"] for k, e in E.items()],
+)
 E4, Et, E8 = E.values()
 crossover, here = Et / E4, ratio(9, 5)
-console.print(f"drafting aside, the tree beats the chain of its depth where r(9)/r(5) < "
-              f"{crossover:.3f} (the crossover); on this machine r(9)/r(5) = {here:.3f}, so "
-              f"here it {'wins' if here < crossover else 'loses'} (measured, not asserted)")
-figure("15_token_trees", lambda ax: (
-    ax.plot(x := np.linspace(1, max(1.5, 1.1 * here), 50), crossover / x,
-            label="tree / chain of 4 (5-token pass)"),
-    ax.axhline(Et / E8, color="C1", label="tree / chain of 8 (same pass)"),
-    ax.axhline(1, color="gray", lw=0.8), ax.axvline(here, ls=":", color="k", label="this machine"),
-    ax.set_xlabel("r(9) / r(5): the tree's pass over the 4-chain's"),
-    ax.set_ylabel("tree's predicted speed over the chain's"), ax.legend()))
+console.print(
+    f"drafting aside, the tree beats the chain of its depth where r(9)/r(5) < "
+    f"{crossover:.3f} (the crossover); on this machine r(9)/r(5) = {here:.3f}, so "
+    f"here it {'wins' if here < crossover else 'loses'} (measured, not asserted)"
+)
+figure(
+    "15_token_trees",
+    lambda ax: (
+        ax.plot(
+            x := np.linspace(1, max(1.5, 1.1 * here), 50),
+            crossover / x,
+            label="tree / chain of 4 (5-token pass)",
+        ),
+        ax.axhline(Et / E8, color="C1", label="tree / chain of 8 (same pass)"),
+        ax.axhline(1, color="gray", lw=0.8),
+        ax.axvline(here, ls=":", color="k", label="this machine"),
+        ax.set_xlabel("r(9) / r(5): the tree's pass over the 4-chain's"),
+        ax.set_ylabel("tree's predicted speed over the chain's"),
+        ax.legend(),
+    ),
+)
 
 # %% [markdown]
 # ## On the clock, against the chain of 8
@@ -283,15 +348,19 @@ for k, rounds in done.items():
     d, v = (sum(s[f] for _, s in rounds) for f in ("draft_s", "verify_s"))
     emitted = sum(int(np.sum(t.n_emitted)) for t, _ in rounds)
     clock[k] = d / len(rounds), v / len(rounds), (d + v) / emitted
-table("the two loops on this machine's clock (16 rows a round)",
-      ["loop", "drafting ms a round", "verify ms a round", "ms per token"],
-      [[k, f"{1e3 * d:.1f}", f"{1e3 * v:.1f}", f"{1e3 * t:.2f}"] for k, (d, v, t) in clock.items()])
+table(
+    "the two loops on this machine's clock (16 rows a round)",
+    ["loop", "drafting ms a round", "verify ms a round", "ms per token"],
+    [[k, f"{1e3 * d:.1f}", f"{1e3 * v:.1f}", f"{1e3 * t:.2f}"] for k, (d, v, t) in clock.items()],
+)
 slower = clock["tree"][2] / clock["chain"][2]
 share = (E8 - Et) / (8 * Et - 5 * E8) if 8 * Et > 5 * E8 else float("inf")
-console.print(f"at r = 1 for both models the tree would win where a draft pass costs more than "
-              f"{share:.2f} target passes; on this machine it takes {slower:.2f}× the chain's "
-              f"time per token, so here it {'loses' if slower > 1 else 'wins'} (measured, not "
-              "asserted)")
+console.print(
+    f"at r = 1 for both models the tree would win where a draft pass costs more than "
+    f"{share:.2f} target passes; on this machine it takes {slower:.2f}× the chain's "
+    f"time per token, so here it {'loses' if slower > 1 else 'wins'} (measured, not "
+    "asserted)"
+)
 
 # %% [markdown]
 # ## What to take away

@@ -68,6 +68,7 @@ def at_temperature(law, t):
 # residual for a *point-mass* draft (prompt lookup) and wrong for a sampled one; and one is
 # lesson 06's temperature mistake made small: q reported at T = 0.9.
 
+
 # %%
 @partial(jax.jit, static_argnums=0)
 def rounds(n, key, p, q, told, resample, own_residual):
@@ -78,10 +79,12 @@ def rounds(n, key, p, q, told, resample, own_residual):
     every (n, V) broadcast of them while compiling (about a minute, for n = 2^20)."""
     k_draft, k_verify, k_broken = jax.random.split(key, 3)
     x = sample(k_draft, jnp.broadcast_to(q, (n, V)))  # (n,)
-    v = verify(k_verify, x[:, None], jnp.broadcast_to(told, (n, 1, V)),
-               jnp.broadcast_to(p, (n, 2, V)))
-    return jnp.where(v.n_accepted == 1, x, jnp.where(own_residual, v.token,
-                                                     sample(k_broken, resample[x])))
+    v = verify(
+        k_verify, x[:, None], jnp.broadcast_to(told, (n, 1, V)), jnp.broadcast_to(p, (n, 2, V))
+    )
+    return jnp.where(
+        v.n_accepted == 1, x, jnp.where(own_residual, v.token, sample(k_broken, resample[x]))
+    )
 
 
 remove_x = (1 - np.eye(V)) * p / (1 - p[:, None])  # row x: p with x removed, renormalised
@@ -127,6 +130,7 @@ def exact_law(name):
 # *noncentral* chi-square (approximately) with λ = N · Σ (π − p)² / p, and the power is the
 # chance that it lands past the cut-off.
 
+
 # %%
 def pvalues(tokens, n=None):
     """The chi-square p-value of each row's first n tokens (default all) against p."""
@@ -144,17 +148,27 @@ def predicted_power(law, n, alpha):
 
 pv = {name: pvalues(draws(name, 100 * i, TRIALS, N)) for i, name in enumerate(SAMPLERS)}
 first = pv["the verify rule"][0]
-claim(first > 1e-4, f"one test of the verify rule at N = {N:,} passes: p-value {first:.3f} > 1e-4 "
-      "(a false failure one run in 10,000)")
+claim(
+    first > 1e-4,
+    f"one test of the verify rule at N = {N:,} passes: p-value {first:.3f} > 1e-4 "
+    "(a false failure one run in 10,000)",
+)
 ALPHA, result = 0.01, {}  # name: (TV from p, predicted power, measured power) at α = 0.01
 for name in SAMPLERS:
     law = exact_law(name)
-    result[name] = (0.5 * np.abs(law - p).sum(), predicted_power(law, N, ALPHA),
-                    float(np.mean(pv[name] < ALPHA)))
-table(f"{TRIALS:,} tests at N = {N:,}, rejected when p-value < {ALPHA}",
-      ["sampler", "TV from p", "predicted", "rejected", ""],
-      [[name, f"{tv:.3f}", f"{pred:.3f}", f"{power:.3f}", bar(power, 1, 12)]
-       for name, (tv, pred, power) in result.items()])
+    result[name] = (
+        0.5 * np.abs(law - p).sum(),
+        predicted_power(law, N, ALPHA),
+        float(np.mean(pv[name] < ALPHA)),
+    )
+table(
+    f"{TRIALS:,} tests at N = {N:,}, rejected when p-value < {ALPHA}",
+    ["sampler", "TV from p", "predicted", "rejected", ""],
+    [
+        [name, f"{tv:.3f}", f"{pred:.3f}", f"{power:.3f}", bar(power, 1, 12)]
+        for name, (tv, pred, power) in result.items()
+    ],
+)
 
 # %% [markdown]
 # The right sampler is rejected about α of the time — the false-failure rate we chose, not a
@@ -172,11 +186,17 @@ right = pv["the verify rule"]
 for alpha in (0.05, 0.01):
     low, high = stats.binom.ppf(5e-5, TRIALS, alpha), stats.binom.isf(5e-5, TRIALS, alpha)
     count = int(np.sum(right < alpha))
-    claim(low <= count <= high, f"at α = {alpha} the right sampler was rejected {count} times "
-          f"in {TRIALS:,}: expected {TRIALS * alpha:.0f}, within [{low:.0f}, {high:.0f}]")
+    claim(
+        low <= count <= high,
+        f"at α = {alpha} the right sampler was rejected {count} times "
+        f"in {TRIALS:,}: expected {TRIALS * alpha:.0f}, within [{low:.0f}, {high:.0f}]",
+    )
 for name, (tv, pred, power) in list(result.items())[1:]:
-    claim(abs(power - pred) <= 4 * np.sqrt(pred * (1 - pred) / TRIALS) + 0.03 and
-          (pred < 0.9999 or power >= 0.99), f"{name}: power {power:.3f} (predicted {pred:.3f})")
+    claim(
+        abs(power - pred) <= 4 * np.sqrt(pred * (1 - pred) / TRIALS) + 0.03
+        and (pred < 0.9999 or power >= 0.99),
+        f"{name}: power {power:.3f} (predicted {pred:.3f})",
+    )
 
 
 def draw_pvalues(ax):
@@ -190,8 +210,9 @@ def draw_pvalues(ax):
 
 figure("16_pvalues", draw_pvalues)
 low = {k: int(np.sum(pv[k] < 0.05)) for k in ("the verify rule", "q told at T = 0.9")}
-console.print(f"p-values below 0.05 in {TRIALS:,} tests: " + ", ".join(f"{k!r} {c}"
-                                                                        for k, c in low.items()))
+console.print(
+    f"p-values below 0.05 in {TRIALS:,} tests: " + ", ".join(f"{k!r} {c}" for k, c in low.items())
+)
 
 # %% [markdown]
 # ## Power grows with N
@@ -206,9 +227,19 @@ subtle = exact_law(SUBTLE)
 NS = [1_000 * 2**i for i in range(6)]
 long = draws(SUBTLE, 7_000, CURVE, NS[-1])
 curve = {n: float(np.mean(pvalues(long, n) < 1e-4)) for n in NS}
-table(f"{SUBTLE!r}: power at α = 1e-4", ["N", "predicted", "measured", ""],
-      [[f"{n:,}", f"{predicted_power(subtle, n, 1e-4):.3f}", f"{curve[n]:.2f}",
-        bar(curve[n], 1, 20)] for n in NS])
+table(
+    f"{SUBTLE!r}: power at α = 1e-4",
+    ["N", "predicted", "measured", ""],
+    [
+        [
+            f"{n:,}",
+            f"{predicted_power(subtle, n, 1e-4):.3f}",
+            f"{curve[n]:.2f}",
+            bar(curve[n], 1, 20),
+        ]
+        for n in NS
+    ],
+)
 
 
 def draw_curve(ax):
@@ -229,25 +260,35 @@ figure("16_power_curve", draw_curve)
 # Solve predicted_power(N) = target for N. The suite asks for more than "reject at 1e-4": a
 # broken sampler must reach p < 1e-12 (test_power.py), which costs more N again.
 
+
 # %%
 def needed(law, alpha, target):
-    return int(np.ceil(optimize.brentq(lambda n: predicted_power(law, n, alpha) - target,
-                                       1, 1e9)))
+    return int(np.ceil(optimize.brentq(lambda n: predicted_power(law, n, alpha) - target, 1, 1e9)))
 
 
 plans = [(0.01, 0.9), (1e-4, 0.99), (1e-12, 0.99)]
-table("catching the subtle bug", ["threshold α", "power", "N needed"],
-      [[f"{a:g}", f"{t}", f"{needed(subtle, a, t):,}"] for a, t in plans])
+table(
+    "catching the subtle bug",
+    ["threshold α", "power", "N needed"],
+    [[f"{a:g}", f"{t}", f"{needed(subtle, a, t):,}"] for a, t in plans],
+)
 n99 = needed(subtle, 1e-4, 0.99)
 measured = float(np.mean(pvalues(long, n99) < 1e-4))
 unlucky = stats.binom.cdf(0.9 * CURVE - 1, CURVE, 0.99)  # P(caught < 90 times | power 0.99)
-claim(measured >= 0.9, f"at N = {n99:,} the test caught it in {measured:.0%} of {CURVE} samples "
-      f"(planned: 99%; below 90% would happen with probability {unlucky:.0e})")
-claim(curve[NS[0]] < 0.2 and curve[NS[-1]] > 0.9, f"power grew from {curve[NS[0]]:.2f} at N = "
-      f"{NS[0]:,} to {curve[NS[-1]]:.2f} at N = {NS[-1]:,}")
+claim(
+    measured >= 0.9,
+    f"at N = {n99:,} the test caught it in {measured:.0%} of {CURVE} samples "
+    f"(planned: 99%; below 90% would happen with probability {unlucky:.0e})",
+)
+claim(
+    curve[NS[0]] < 0.2 and curve[NS[-1]] > 0.9,
+    f"power grew from {curve[NS[0]]:.2f} at N = {NS[0]:,} to {curve[NS[-1]]:.2f} at N = {NS[-1]:,}",
+)
 for n in (20_000, 100_000):  # lesson 06's N, and the suite's
-    console.print(f"predicted power against {SUBTLE!r} at N = {n:,}, α = 1e-4: "
-                  f"{predicted_power(subtle, n, 1e-4):.3f}")
+    console.print(
+        f"predicted power against {SUBTLE!r} at N = {n:,}, α = 1e-4: "
+        f"{predicted_power(subtle, n, 1e-4):.3f}"
+    )
 
 # %% [markdown]
 # ## What to take away

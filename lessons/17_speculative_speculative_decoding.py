@@ -42,8 +42,9 @@ GAMMA, F, NEW = 4, 3, 48  # γ drafts a round; 3 guesses of t* cached for every 
 PROMPTS = ["The capital of France is"] + workload_prompts("facts", 31)  # row 0, then 31 more
 tokens, lengths = pad_prompts([tok.encode_prompt(s) for s in PROMPTS], cfg.n_ctx)
 # Every loop runs all NEW tokens in every row (no EOS), in a cache sized for them:
-fit = lambda loop: replace(loop, eos_id=-1, capacity=capacity(cfg.n_ctx, tokens.shape[1], NEW,
-                                                              loop.block))
+fit = lambda loop: replace(
+    loop, eos_id=-1, capacity=capacity(cfg.n_ctx, tokens.shape[1], NEW, loop.block)
+)
 ssd, dparams = make_loop(bundle, "ssd", GAMMA, ssd=SSDOptions(str(F)))
 ssd = fit(ssd)
 K, RANK = ssd.branch_k, ssd.branch_rank  # branch j caches the (RANK[j]+1)-th guess at k = K[j]
@@ -63,8 +64,9 @@ class Round(NamedTuple):  # one SSD round of every row, on the host
 def run(sp, seed=0):
     """Every SSD round of the 32 rows, step by step (the step-wise driver), and the final state."""
     out = []
-    for r, rnd in enumerate(ssd.rounds(params, dparams, tokens, lengths, jax.random.key(seed),
-                                       sp, NEW)):
+    for r, rnd in enumerate(
+        ssd.rounds(params, dparams, tokens, lengths, jax.random.key(seed), sp, NEW)
+    ):
         t, v = rnd.trace, rnd.trace.verdict
         events = [e for e in ssd.events(t, tok, r) if e["row"] == 0] if r < 4 else []
         arrays = (t.live, t.cached, t.drafts, v.n_accepted, v.token, t.ahead.branch_t)
@@ -98,22 +100,30 @@ def show(rounds, title):
         drafts = " ".join(f"{e['text']!r}{MARK[e['type']]}" for e in ev if e["type"] in MARK)
         end = next(e for e in ev if e["type"] in ("resample", "bonus"))
         k, t = s["outcome"]
-        console.print(f"round {r + 1} {'◆' if s['hit'] else '◇'} drafts from the {s['source']}:"
-                      f" {drafts}", markup=False)
-        console.print(f"    outcome (k = {k}, t* = {end['text']!r}): "
-                      f"{'the bonus' if end['type'] == 'bonus' else 'a correction'}", markup=False)
+        console.print(
+            f"round {r + 1} {'◆' if s['hit'] else '◇'} drafts from the {s['source']}: {drafts}",
+            markup=False,
+        )
+        console.print(
+            f"    outcome (k = {k}, t* = {end['text']!r}): "
+            f"{'the bonus' if end['type'] == 'bonus' else 'a correction'}",
+            markup=False,
+        )
         cached = any(kj == k and x == t for kj, x, _ in s["cache"])
         for j in range(GAMMA + 1):
             guesses = " ".join(repr(text) for kj, _, text in s["cache"] if kj == j)
-            console.print(f"    cache k = {j}: {guesses}" + (f"   ← the outcome: round {r + 2} ◆"
-                          if cached and j == k else ""), markup=False)
+            console.print(
+                f"    cache k = {j}: {guesses}"
+                + (f"   ← the outcome: round {r + 2} ◆" if cached and j == k else ""),
+                markup=False,
+            )
         if not cached:
             console.print(f"    the outcome is not cached: round {r + 2} ◇", markup=False)
 
 
 show(greedy, "T = 0")
 text = generated(greedy_state, lengths)[0]
-text = text[:text.index(tok.eos_id)] if tok.eos_id in text else text
+text = text[: text.index(tok.eos_id)] if tok.eos_id in text else text
 console.print(f"the greedy text: {PROMPTS[0] + tok.decode(text)!r}", markup=False)
 show(sampled, "T = 1")
 
@@ -122,6 +132,7 @@ show(sampled, "T = 1")
 # `cache` are this round's, for the next. The loop decides a hit exactly as printed above: the
 # next round hits if and only if (k, t*) is one of the cached branches. We check it on every
 # round of every row, greedy and sampled.
+
 
 # %%
 def looked_up(rounds, f):
@@ -134,15 +145,20 @@ def would_hit(rounds, fanout):
     """Was each looked-up outcome (k, t*) among the branches that a fan-out `fanout` (F_0..F_γ,
     none above F) would have cached?"""
     keep = RANK < np.asarray(fanout)[K]  # (K,) which of the F = 3 branches it keeps
-    return looked_up(rounds, lambda r: np.any((K == r.k[:, None]) & (r.cache == r.t[:, None])
-                                              & keep, axis=1))
+    return looked_up(
+        rounds, lambda r: np.any((K == r.k[:, None]) & (r.cache == r.t[:, None]) & keep, axis=1)
+    )
 
 
 flags = lambda rounds: np.concatenate([r.hit[r.live] for r in rounds[1:]])
-agree = all(np.array_equal(would_hit(rs, uniform_fanout(F, GAMMA)), flags(rs))
-            for rs in (greedy, sampled))
-claim(agree, f"in all {len(flags(greedy)) + len(flags(sampled))} rounds but each row's first, a "
-      "round hit exactly when the last outcome (k, t*) was in the last round's cache")
+agree = all(
+    np.array_equal(would_hit(rs, uniform_fanout(F, GAMMA)), flags(rs)) for rs in (greedy, sampled)
+)
+claim(
+    agree,
+    f"in all {len(flags(greedy)) + len(flags(sampled))} rounds but each row's first, a "
+    "round hit exactly when the last outcome (k, t*) was in the last round's cache",
+)
 
 # %% [markdown]
 # ## The outcome space
@@ -157,21 +173,34 @@ claim(agree, f"in all {len(flags(greedy)) + len(flags(sampled))} rounds but each
 
 # %%
 x_next = lambda r, k: r.drafts[np.arange(len(r.k))[:, None], np.minimum(k, GAMMA - 1)]  # x_{k+1}
-rejected = np.concatenate([(r.t != x_next(r, r.k[:, None])[:, 0])[r.live & (r.k < GAMMA)]
-                           for r in greedy + sampled])
+rejected = np.concatenate(
+    [(r.t != x_next(r, r.k[:, None])[:, 0])[r.live & (r.k < GAMMA)] for r in greedy + sampled]
+)
 guessed = [((K < GAMMA) & (r.cache == x_next(r, K)))[r.live] for r in greedy + sampled]
-claim(rejected.all(), f"in all {len(rejected)} rounds that ended in a rejection, t* was not the "
-      "rejected draft x_(k+1)")
+claim(
+    rejected.all(),
+    f"in all {len(rejected)} rounds that ended in a rejection, t* was not the "
+    "rejected draft x_(k+1)",
+)
 claim(not any(g.any() for g in guessed), "and no cached branch (k < γ, t*) ever guessed x_(k+1)")
 
 ks = looked_up(sampled, lambda r: r.k)  # how each round ended, aligned with would_hit
 share = np.bincount(ks, minlength=GAMMA + 1) / len(ks)
 by_f = {f: would_hit(sampled, uniform_fanout(f, GAMMA)) for f in (1, 2, 3)}
-table("T = 1: how rounds ended, and the share of each k's outcomes that F per k caches",
-      ["k", "t*", "rounds", *(f"F = {f}" for f in by_f), ""],
-      [[k, "bonus" if k == GAMMA else "correction", f"{share[k]:.2f}",
-        *(f"{by_f[f][ks == k].mean():.2f}" for f in by_f), bar(share[k], 1, 12)]
-       for k in range(GAMMA + 1)])
+table(
+    "T = 1: how rounds ended, and the share of each k's outcomes that F per k caches",
+    ["k", "t*", "rounds", *(f"F = {f}" for f in by_f), ""],
+    [
+        [
+            k,
+            "bonus" if k == GAMMA else "correction",
+            f"{share[k]:.2f}",
+            *(f"{by_f[f][ks == k].mean():.2f}" for f in by_f),
+            bar(share[k], 1, 12),
+        ]
+        for k in range(GAMMA + 1)
+    ],
+)
 claim(share[GAMMA] > 0.5, f"at T = 1 most rounds ended with the bonus ({share[GAMMA]:.0%})")
 
 # %% [markdown]
@@ -191,35 +220,59 @@ claim(share[GAMMA] > 0.5, f"at T = 1 most rounds ended with the bonus ({share[GA
 
 # %%
 geometric = {t: parse_fanout("geometric:10", GAMMA, t) for t in (0.0, 1.0)}
-claim(max(max(f) for f in geometric.values()) <= F, f"every fan-out below caches at most {F} "
-      f"per k, so the F = {F} run answers for it")
-hit = {(f, t): would_hit(rs, uniform_fanout(f, GAMMA)) for f in (1, 2, 3)
-       for t, rs in ((0.0, greedy), (1.0, sampled))}
+claim(
+    max(max(f) for f in geometric.values()) <= F,
+    f"every fan-out below caches at most {F} per k, so the F = {F} run answers for it",
+)
+hit = {
+    (f, t): would_hit(rs, uniform_fanout(f, GAMMA))
+    for f in (1, 2, 3)
+    for t, rs in ((0.0, greedy), (1.0, sampled))
+}
 for t, rs in ((0.0, greedy), (1.0, sampled)):
     hit["geometric", t] = would_hit(rs, geometric[t])
 pct = lambda h: f"{100 * h.mean():.1f} ± {200 * np.sqrt(h.mean() * (1 - h.mean()) / len(h)):.1f}%"
-table(f"hit rate, {len(hit[1, 0.0])} greedy and {len(hit[1, 1.0])} sampled rounds",
-      ["fan-out", "branches", "T = 0", "T = 1"],
-      [[f"uniform F = {f}", 5 * f, pct(hit[f, 0.0]), pct(hit[f, 1.0])] for f in (1, 2, 3)]
-      + [["geometric:10", 10, pct(hit["geometric", 0.0]), pct(hit["geometric", 1.0])]])
+table(
+    f"hit rate, {len(hit[1, 0.0])} greedy and {len(hit[1, 1.0])} sampled rounds",
+    ["fan-out", "branches", "T = 0", "T = 1"],
+    [[f"uniform F = {f}", 5 * f, pct(hit[f, 0.0]), pct(hit[f, 1.0])] for f in (1, 2, 3)]
+    + [["geometric:10", 10, pct(hit["geometric", 0.0]), pct(hit["geometric", 1.0])]],
+)
 console.print(f"geometric:10 caches F_0..F_4 = {geometric[0.0]} greedy, {geometric[1.0]} at T = 1")
 r = {t: fit_r([1, 2, 3], [hit[f, t].mean() for f in (1, 2, 3)]) for t in (0.0, 1.0)}
-console.print(f"misses fall as F^(−r): r = {r[0.0]:.2f} greedy, {r[1.0]:.2f} at T = 1 "
-              f"(docs/results.md, on more rounds: 1.68 and 0.37)")
+console.print(
+    f"misses fall as F^(−r): r = {r[0.0]:.2f} greedy, {r[1.0]:.2f} at T = 1 "
+    f"(docs/results.md, on more rounds: 1.68 and 0.37)"
+)
 more = [hit[f, 1.0].sum() for f in (1, 2, 3)]
-claim(more[0] < more[1] < more[2], f"at T = 1 more branches, more hits: {more[0]}, {more[1]} "
-      f"and {more[2]} of {len(hit[1, 1.0])} rounds with F = 1, 2, 3")
-claim(hit[2, 0.0].mean() >= 0.8, f"greedy, 10 branches (F = 2) hit {hit[2, 0.0].mean():.0%} "
-      "of rounds: after a rejection t* is the target's argmax, one token to guess")
-claim(r[0.0] > 1.5 * r[1.0], f"greedy, misses fall faster with F (r = {r[0.0]:.2f}) than at "
-      f"T = 1 (r = {r[1.0]:.2f}), where t* is a sample from the residual")
+claim(
+    more[0] < more[1] < more[2],
+    f"at T = 1 more branches, more hits: {more[0]}, {more[1]} "
+    f"and {more[2]} of {len(hit[1, 1.0])} rounds with F = 1, 2, 3",
+)
+claim(
+    hit[2, 0.0].mean() >= 0.8,
+    f"greedy, 10 branches (F = 2) hit {hit[2, 0.0].mean():.0%} "
+    "of rounds: after a rejection t* is the target's argmax, one token to guess",
+)
+claim(
+    r[0.0] > 1.5 * r[1.0],
+    f"greedy, misses fall faster with F (r = {r[0.0]:.2f}) than at "
+    f"T = 1 (r = {r[1.0]:.2f}), where t* is a sample from the residual",
+)
 g1, gain = geometric[1.0], hit["geometric", 1.0].mean() - hit[2, 1.0].mean()
-moved = {k: 100 * share[k] * (by_f[f][ks == k].mean() - by_f[2][ks == k].mean())  # points
-         for k, f in enumerate(g1) if f != 2}  # of all rounds, gained or lost at k
+moved = {
+    k: 100 * share[k] * (by_f[f][ks == k].mean() - by_f[2][ks == k].mean())  # points
+    for k, f in enumerate(g1)
+    if f != 2
+}  # of all rounds, gained or lost at k
 moved = ", ".join(f"k = {k}: {v:+.1f}" for k, v in moved.items())
-claim(abs(gain) < 0.05, f"at T = 1 the geometric split {g1} moved the hit rate by "
-      f"{100 * gain:+.1f} points from uniform F = 2: it differs only where it moves a branch "
-      f"({moved} points), and there the gain and the loss nearly cancel")
+claim(
+    abs(gain) < 0.05,
+    f"at T = 1 the geometric split {g1} moved the hit rate by "
+    f"{100 * gain:+.1f} points from uniform F = 2: it differs only where it moves a branch "
+    f"({moved} points), and there the gain and the loss nearly cancel",
+)
 
 # %% [markdown]
 # ## Why it is still exact
@@ -255,18 +308,33 @@ loops = {"speculation": sd, f"SSD, F = {F}": ssd}
 go = lambda loop: loop.rounds(params, dparams, tokens, lengths, jax.random.key(0), T1, NEW)
 in_turn = zip(*(go(loop) for loop in loops.values()))  # a round of one, then of the other
 turns = list(islice(in_turn, 1, 7))  # rounds 2 to 7
-ms = {name: {part: 1e3 * np.median([pair[i].seconds[part] for pair in turns])
-             for part in ("draft_s", "verify_s")} for i, name in enumerate(loops)}
-table("milliseconds per round, 32 rows, on this machine", ["loop", "draft step", "verify step",
-      ""], [[name, f"{m['draft_s']:.0f}", f"{m['verify_s']:.0f}", bar(sum(m.values()), 1e3, 20)]
-            for name, m in ms.items()])
+ms = {
+    name: {
+        part: 1e3 * np.median([pair[i].seconds[part] for pair in turns])
+        for part in ("draft_s", "verify_s")
+    }
+    for i, name in enumerate(loops)
+}
+table(
+    "milliseconds per round, 32 rows, on this machine",
+    ["loop", "draft step", "verify step", ""],
+    [
+        [name, f"{m['draft_s']:.0f}", f"{m['verify_s']:.0f}", bar(sum(m.values()), 1e3, 20)]
+        for name, m in ms.items()
+    ],
+)
 slower = sum(ms[f"SSD, F = {F}"].values()) / sum(ms["speculation"].values())
-claim(slower > 1.2, f"on one device a round of SSD took {slower:.1f}× one of speculation "
-      f"(asserted: over 1.2×): its {5 * F} branch chains are drafted in turn with the target's "
-      "pass, not beside it")
+claim(
+    slower > 1.2,
+    f"on one device a round of SSD took {slower:.1f}× one of speculation "
+    f"(asserted: over 1.2×): its {5 * F} branch chains are drafted in turn with the target's "
+    "pass, not beside it",
+)
 s = ms["speculation"]["draft_s"] / sum(ms["speculation"].values())
-console.print(f"on this machine the draft step was s = {s:.0%} of a speculation round; "
-              f"1 / (1 − s) = {1 / (1 - s):.2f}")
+console.print(
+    f"on this machine the draft step was s = {s:.0%} of a speculation round; "
+    f"1 / (1 − s) = {1 / (1 - s):.2f}"
+)
 
 # %% [markdown]
 # (At T = 1, with 32 rows, almost every round has a row that missed, so the draft step runs

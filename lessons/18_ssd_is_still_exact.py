@@ -62,13 +62,21 @@ tcfg, tgraph, tparams = tiny(0)
 dp_tiny = jax.tree.map(lambda a, b: (a + b) / 2, tparams, tiny(1)[2])  # the draft: half-way
 seqs = np.array(np.meshgrid(*[range(V)] * M, indexing="ij")).reshape(M, -1).T  # (625, M)
 context = np.c_[np.tile([1, 3], (len(seqs), 1)), seqs]  # the prompt [1, 3], then each sequence
-logits, _, _ = forward(tgraph, tparams, jnp.asarray(context),
-                       jnp.broadcast_to(jnp.arange(M + 2), context.shape))
-law = np.asarray(sampling_probs(logits, T1), float)[np.arange(len(seqs))[:, None],
-                                                    1 + np.arange(M), seqs].prod(1)
+logits, _, _ = forward(
+    tgraph, tparams, jnp.asarray(context), jnp.broadcast_to(jnp.arange(M + 2), context.shape)
+)
+law = np.asarray(sampling_probs(logits, T1), float)[
+    np.arange(len(seqs))[:, None], 1 + np.arange(M), seqs
+].prod(1)
 law /= law.sum()  # (625,) the target's exact law of 4 tokens
-tiny_ssd = SSDSpeculator(graphdef=tgraph, cfg=tcfg, drafter=DraftModel(tgraph, tcfg), gamma=G,
-                         eos_id=-1, fanout=uniform_fanout(1, G))
+tiny_ssd = SSDSpeculator(
+    graphdef=tgraph,
+    cfg=tcfg,
+    drafter=DraftModel(tgraph, tcfg),
+    gamma=G,
+    eos_id=-1,
+    fanout=uniform_fanout(1, G),
+)
 rows = pad_prompts([[1, 3]] * N_LAW, tcfg.n_ctx)
 
 
@@ -78,8 +86,10 @@ def law_test(seed, loop=tiny_ssd):
     cells = np.array(generated(state, rows[1])) @ V ** np.arange(M - 1, -1, -1)  # base-5 index
     counts, expected = np.bincount(cells, minlength=len(law)), N_LAW * law
     small = expected < 5  # pooled into one cell, as in the suite
-    chi = stats.chisquare(np.append(counts[~small], counts[small].sum()),
-                          np.append(expected[~small], expected[small].sum()))
+    chi = stats.chisquare(
+        np.append(counts[~small], counts[small].sum()),
+        np.append(expected[~small], expected[small].sum()),
+    )
     hits = counters.cached_rounds() / (int(np.sum(counters.hist)) - N_LAW)  # first rounds aside
     return chi.pvalue, tv(counts / N_LAW, law), hits
 
@@ -91,20 +101,28 @@ def argmax_on_miss(key, proposal, p, n_draft):
     match = (drafts == jnp.argmax(p[:, :G], -1)).astype(jnp.int32)  # (B, γ)
     n = jnp.sum(jnp.cumprod(match, axis=1), axis=1)  # drafts accepted: the leading matches
     token = sample_rows(jax.random.fold_in(key, 7), p[jnp.arange(len(n)), n])
-    return right._replace(n_accepted=jnp.where(hit, right.n_accepted, n),
-                          token=jnp.where(hit, right.token, token),
-                          is_bonus=jnp.where(hit, right.is_bonus, n == G))
+    return right._replace(
+        n_accepted=jnp.where(hit, right.n_accepted, n),
+        token=jnp.where(hit, right.token, token),
+        is_bonus=jnp.where(hit, right.is_bonus, n == G),
+    )
 
 
 results = {"SSD": law_test(seed=1)}
 # The rule is a value the loop's judge holds (speculative.ChainJudge): judge with the broken one.
 broken = replace(tiny_ssd, judge=ChainJudge(rule=argmax_on_miss))
 results["SSD, misses judged by argmax"] = law_test(seed=1, loop=broken)
-table(f"4-token law, {N_LAW:,} runs, T = 1", ["loop", "hit rate", "TV from the law", "p-value"],
-      [[name, f"{h:.2f}", f"{d:.3f}", f"{pv:.2g}"] for name, (pv, d, h) in results.items()])
+table(
+    f"4-token law, {N_LAW:,} runs, T = 1",
+    ["loop", "hit rate", "TV from the law", "p-value"],
+    [[name, f"{h:.2f}", f"{d:.3f}", f"{pv:.2g}"] for name, (pv, d, h) in results.items()],
+)
 (pv, _, h), (pv_b, _, _) = results.values()
-claim(pv > 1e-4 and 0 < h < 1, f"SSD, hits and misses mixed ({h:.0%} hits), fits the exact law: "
-      f"p-value {pv:.2g} > 1e-4 (a false failure one run in 10,000)")
+claim(
+    pv > 1e-4 and 0 < h < 1,
+    f"SSD, hits and misses mixed ({h:.0%} hits), fits the exact law: "
+    f"p-value {pv:.2g} > 1e-4 (a false failure one run in 10,000)",
+)
 claim(pv_b < 1e-12, f"judging misses by the argmax is caught: p-value {pv_b:.1g} < 1e-12")
 
 

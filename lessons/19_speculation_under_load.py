@@ -65,14 +65,19 @@ def serve(engine, requests):
 
 
 mine = Request(prompts[0], 24, temperature=1.0, seed=7)
-others = [Request(prompts[i], 24, temperature=(0.0, 0.7, 1.0)[i % 3], top_k=20 * (i % 2),
-                  seed=100 + i) for i in range(1, 8)]
+others = [
+    Request(prompts[i], 24, temperature=(0.0, 0.7, 1.0)[i % 3], top_k=20 * (i % 2), seed=100 + i)
+    for i in range(1, 8)
+]
 alone = serve(draft16, [mine])[0]
 crowd = serve(draft16, others[:3] + [mine] + others[3:])[3]
 console.print(f"alone:          {tok.decode(alone)!r}", markup=False)
 console.print(f"among 7 others: {tok.decode(crowd)!r}", markup=False)
-claim(alone == crowd, f"the request wrote the same {len(alone)} tokens alone and among 7 "
-      "others: its neighbours change how fast it runs, never what it writes")
+claim(
+    alone == crowd,
+    f"the request wrote the same {len(alone)} tokens alone and among 7 "
+    "others: its neighbours change how fast it runs, never what it writes",
+)
 
 # %% [markdown]
 # ## 2. Batching amortises a step
@@ -85,6 +90,7 @@ claim(alone == crowd, f"the request wrote the same {len(alone)} tokens alone and
 # the step's own cost. The draft model, run as a plain engine of its own, is timed beside the
 # target: c = its step over the target's.
 
+
 # %%
 def probed(engines, rounds):
     """{name: {γ: the fastest step, in seconds}} of `rounds` round-robin probes."""
@@ -92,23 +98,34 @@ def probed(engines, rounds):
     for _ in range(rounds):
         for name, e in engines.items():
             seen[name].append(e.probe(prompts[0], steps=1, temperature=T0))
-    return {name: {g: min(p[g] for p in ps) for g in ps[0]}
-            for name, ps in seen.items()}
+    return {name: {g: min(p[g] for p in ps) for g in ps[0]} for name, ps in seen.items()}
 
 
 ar = {s: engine_for(bundle, "ar", GAMMA, s, DISABLE_AT, prompts, T0) for s in SLOTS}
 dcfg, dgraph, dpar = bundle.models["draft"]
 small = Engine(Decoder(graphdef=dgraph, cfg=dcfg, eos_id=tok.eos_id), dpar, (), slots=16)
-step = {k: p[None] for k, p in probed({**{("target", s): ar[s] for s in SLOTS},
-                                        ("draft", 16): small}, rounds=4).items()}
-table("one plain decode step, every slot busy", ["model", "slots", "ms a step", "ms per slot",
-      ""], [[m, s, f"{1e3 * t:.1f}", f"{1e3 * t / s:.2f}", bar(t / s, step["target", 1], 20)]
-            for (m, s), t in step.items()])
+step = {
+    k: p[None]
+    for k, p in probed(
+        {**{("target", s): ar[s] for s in SLOTS}, ("draft", 16): small}, rounds=4
+    ).items()
+}
+table(
+    "one plain decode step, every slot busy",
+    ["model", "slots", "ms a step", "ms per slot", ""],
+    [
+        [m, s, f"{1e3 * t:.1f}", f"{1e3 * t / s:.2f}", bar(t / s, step["target", 1], 20)]
+        for (m, s), t in step.items()
+    ],
+)
 per_slot = {s: step["target", s] / s for s in SLOTS}
 c = step["draft", 16] / step["target", 16]
-claim(per_slot[16] < per_slot[1], f"per slot, a target step at 16 slots cost "
-      f"{per_slot[16] / per_slot[1]:.2f}× one at 1 slot (asserted: less than 1×): the 16-slot "
-      f"step cost {step['target', 16] / step['target', 1]:.1f} one-slot steps, not 16")
+claim(
+    per_slot[16] < per_slot[1],
+    f"per slot, a target step at 16 slots cost "
+    f"{per_slot[16] / per_slot[1]:.2f}× one at 1 slot (asserted: less than 1×): the 16-slot "
+    f"step cost {step['target', 16] / step['target', 1]:.1f} one-slot steps, not 16",
+)
 console.print(f"c = draft step / target step at 16 slots = {c:.3f}")
 
 # %% [markdown]
@@ -136,11 +153,22 @@ draft16.acceptance = Acceptance()  # α̂ of these requests, not chapter 1's (T 
 closed_loop(draft16, [Request(p, NEW, T0, seed=i) for i, p in enumerate(prompts[:16])])
 alpha = draft16.acceptance.alpha
 gammas = sorted(costs[1])
-table("a step's cost, every slot busy (× = over a plain step at that load)",
-      ["γ", "E(α̂, γ)", *(f"{h} at {at(s)}" for s in SLOTS for h in ("ms", "×"))],
-      [[g, f"{expected_tokens(alpha, g):.2f}",
-        *(x for s in SLOTS for x in (f"{1e3 * costs[s][g]:.1f}",
-                                     f"{costs[s][g] / costs[s][0]:.2f}"))] for g in gammas])
+table(
+    "a step's cost, every slot busy (× = over a plain step at that load)",
+    ["γ", "E(α̂, γ)", *(f"{h} at {at(s)}" for s in SLOTS for h in ("ms", "×"))],
+    [
+        [
+            g,
+            f"{expected_tokens(alpha, g):.2f}",
+            *(
+                x
+                for s in SLOTS
+                for x in (f"{1e3 * costs[s][g]:.1f}", f"{costs[s][g] / costs[s][0]:.2f}")
+            ),
+        ]
+        for g in gammas
+    ],
+)
 
 
 def break_even(ratio, gamma=GAMMA):
@@ -156,10 +184,15 @@ def break_even(ratio, gamma=GAMMA):
 ratio = {s: costs[s][GAMMA] / costs[s][0] for s in SLOTS}
 star = {s: break_even(ratio[s]) for s in SLOTS}
 for s in SLOTS:
-    console.print(f"{at(s)}: a γ = 4 round costs {ratio[s]:.2f} plain steps; it breaks even "
-                  f"at α* = {star[s]:.2f}; measured α̂ = {alpha:.2f}")
-claim(star[16] < alpha, f"with 16 slots busy, α̂ = {alpha:.2f} is above the break-even "
-      f"α* = {star[16]:.2f}: here a γ = 4 round still pays (at 1 slot, chapter 5 times it)")
+    console.print(
+        f"{at(s)}: a γ = 4 round costs {ratio[s]:.2f} plain steps; it breaks even "
+        f"at α* = {star[s]:.2f}; measured α̂ = {alpha:.2f}"
+    )
+claim(
+    star[16] < alpha,
+    f"with 16 slots busy, α̂ = {alpha:.2f} is above the break-even "
+    f"α* = {star[16]:.2f}: here a γ = 4 round still pays (at 1 slot, chapter 5 times it)",
+)
 
 # %% [markdown]
 # Why the load should matter (`serving/adaptive.py`, docs/design.md §6): on a GPU a step for
@@ -182,19 +215,30 @@ claim(star[16] < alpha, f"with 16 slots busy, α̂ = {alpha:.2f} is above the br
 # (γ+1) plain steps plus γ draft steps at this machine's c.
 
 # %%
-choice = {s: Goodput(gammas=tuple(gammas), costs=dict(costs[s])).choose(s, draft16.acceptance)
-          for s in SLOTS}
+choice = {
+    s: Goodput(gammas=tuple(gammas), costs=dict(costs[s])).choose(s, draft16.acceptance)
+    for s in SLOTS
+}
 plain = costs[16][0]
 bound = {g: ((g + 1) + g * c) * plain for g in gammas}  # the assumption, in seconds
 chose_bound = Goodput(gammas=tuple(gammas), costs=bound).choose(16, draft16.acceptance)
 columns = ((costs[1], 1), (costs[16], 16), (bound, 16))  # (a cost table, its slots)
-table(f"tokens/s by the cost model, slots × E(α̂, γ) / cost(γ), α̂ = {alpha:.2f}",
-      ["γ", "E(α̂, γ)", "1 slot, measured", "16 slots, measured",
-       "16 slots, compute-bound (assumed)"],
-      [[g, f"{expected_tokens(alpha, g):.2f}",
-        *(f"{s * expected_tokens(alpha, g) / t[g]:.0f}" for t, s in columns)] for g in gammas])
-console.print(f"Goodput chooses γ = {choice[1]} at 1 slot, γ = {choice[16]} at 16 slots, and "
-              f"γ = {chose_bound} on the compute-bound table")
+table(
+    f"tokens/s by the cost model, slots × E(α̂, γ) / cost(γ), α̂ = {alpha:.2f}",
+    ["γ", "E(α̂, γ)", "1 slot, measured", "16 slots, measured", "16 slots, compute-bound (assumed)"],
+    [
+        [
+            g,
+            f"{expected_tokens(alpha, g):.2f}",
+            *(f"{s * expected_tokens(alpha, g) / t[g]:.0f}" for t, s in columns),
+        ]
+        for g in gammas
+    ],
+)
+console.print(
+    f"Goodput chooses γ = {choice[1]} at 1 slot, γ = {choice[16]} at 16 slots, and "
+    f"γ = {chose_bound} on the compute-bound table"
+)
 
 # %% [markdown]
 # With the measured costs it drafts wherever α̂ is above α*: at 16 slots, as chapter 3 found.
@@ -220,21 +264,34 @@ console.print(f"Goodput chooses γ = {choice[1]} at 1 slot, γ = {choice[16]} at
 # %%
 rows = {}
 for s in SLOTS:
-    engines = {"ar": ar[s], "draft": draft16 if s == 16 else
-               engine_for(bundle, "draft", GAMMA, s, DISABLE_AT, prompts, T0),
-               "adaptive": adaptive[s]}
+    engines = {
+        "ar": ar[s],
+        "draft": draft16
+        if s == 16
+        else engine_for(bundle, "draft", GAMMA, s, DISABLE_AT, prompts, T0),
+        "adaptive": adaptive[s],
+    }
     if s >= DISABLE_AT:
         engines["disable"] = engine_for(bundle, "disable", GAMMA, s, DISABLE_AT, prompts, T0)
     n, loops = {1: (2, 5), 16: (16, 2)}[s]  # requests a loop, loops per strategy
     rows[s] = measure(engines, [Request(prompts[i], NEW, T0, seed=i) for i in range(n)], loops)
 tps = {(s, m): row[m]["tokens_per_s"] for s, row in rows.items() for m in row}
 fixed = {"ar": "plain", "draft": f"{GAMMA} always"}
-table(f"closed loop: output tokens/s, {NEW} tokens a request (× = over ar)",
-      ["slots", "strategy", "tokens/s", "× ar", "steps at each γ", ""],
-      [[s, m, f"{tps[s, m]:.0f}", f"{tps[s, m] / tps[s, 'ar']:.2f}",
-        fixed.get(m) or gamma_mix(rows[s][m]["gamma_share"]), bar(tps[s, m], max(tps.values()),
-                                                                  12)]
-       for s, m in tps])
+table(
+    f"closed loop: output tokens/s, {NEW} tokens a request (× = over ar)",
+    ["slots", "strategy", "tokens/s", "× ar", "steps at each γ", ""],
+    [
+        [
+            s,
+            m,
+            f"{tps[s, m]:.0f}",
+            f"{tps[s, m] / tps[s, 'ar']:.2f}",
+            fixed.get(m) or gamma_mix(rows[s][m]["gamma_share"]),
+            bar(tps[s, m], max(tps.values()), 12),
+        ]
+        for s, m in tps
+    ],
+)
 
 # %% [markdown]
 # Most are lower than chapter 4's numbers, which count decode steps only: here every request
@@ -249,15 +306,23 @@ table(f"closed loop: output tokens/s, {NEW} tokens a request (× = over ar)",
 
 # %%
 better = {s: max(tps[s, "ar"], tps[s, "draft"]) for s in SLOTS}
-claim(tps[1, "draft"] > 1.1 * tps[1, "ar"], f"alone (1 slot), speculation served "
-      f"{tps[1, 'draft'] / tps[1, 'ar']:.2f}× the tokens/s of plain decoding (asserted: over "
-      "1.1×)")
-claim(all(tps[s, "adaptive"] > 0.6 * better[s] for s in SLOTS), "adaptive reached "
-      + " and ".join(f"{tps[s, 'adaptive'] / better[s]:.0%} ({at(s)})" for s in SLOTS)
-      + " of the better of ar and draft (asserted: above 60%)")
+claim(
+    tps[1, "draft"] > 1.1 * tps[1, "ar"],
+    f"alone (1 slot), speculation served "
+    f"{tps[1, 'draft'] / tps[1, 'ar']:.2f}× the tokens/s of plain decoding (asserted: over "
+    "1.1×)",
+)
+claim(
+    all(tps[s, "adaptive"] > 0.6 * better[s] for s in SLOTS),
+    "adaptive reached "
+    + " and ".join(f"{tps[s, 'adaptive'] / better[s]:.0%} ({at(s)})" for s in SLOTS)
+    + " of the better of ar and draft (asserted: above 60%)",
+)
 mix = gamma_mix(rows[16]["disable"]["gamma_share"])
-console.print(f"at 16 slots vLLM's rule took its steps at γ {mix}, though α̂ = {alpha:.2f}: "
-              f"16 running requests are past the {DISABLE_AT} we set")
+console.print(
+    f"at 16 slots vLLM's rule took its steps at γ {mix}, though α̂ = {alpha:.2f}: "
+    f"16 running requests are past the {DISABLE_AT} we set"
+)
 
 # %% [markdown]
 # ## 6. What the cache costs
@@ -274,14 +339,26 @@ console.print(f"at 16 slots vLLM's rule took its steps at γ {mix}, though α̂ 
 short = engine_for(bundle, "adaptive", GAMMA, 16, DISABLE_AT, prompts, T0, max_len=80)
 both = probed({"whole": adaptive[16], "short": short}, rounds=3)
 whole, cut = both["whole"], both["short"]
-table("a step at 16 slots: caches for the whole context (256) or for 80 tokens",
-      ["γ", "ms, 256", "ms, 80", "× plain, 256", "× plain, 80"],
-      [[g, f"{1e3 * whole[g]:.1f}", f"{1e3 * cut[g]:.1f}", f"{whole[g] / whole[0]:.2f}",
-        f"{cut[g] / cut[0]:.2f}"] for g in gammas])
+table(
+    "a step at 16 slots: caches for the whole context (256) or for 80 tokens",
+    ["γ", "ms, 256", "ms, 80", "× plain, 256", "× plain, 80"],
+    [
+        [
+            g,
+            f"{1e3 * whole[g]:.1f}",
+            f"{1e3 * cut[g]:.1f}",
+            f"{whole[g] / whole[0]:.2f}",
+            f"{cut[g] / cut[0]:.2f}",
+        ]
+        for g in gammas
+    ],
+)
 r80, r256 = cut[GAMMA] / cut[0], whole[GAMMA] / whole[0]
-console.print(f"on this machine, caches for 80 tokens made a plain step at 16 slots "
-              f"{cut[0] / whole[0]:.2f}× as long, and a γ = {GAMMA} round {r80:.2f} plain steps "
-              f"against {r256:.2f} (α* = {break_even(r80):.2f} against {break_even(r256):.2f})")
+console.print(
+    f"on this machine, caches for 80 tokens made a plain step at 16 slots "
+    f"{cut[0] / whole[0]:.2f}× as long, and a γ = {GAMMA} round {r80:.2f} plain steps "
+    f"against {r256:.2f} (α* = {break_even(r80):.2f} against {break_even(r256):.2f})"
+)
 
 # %% [markdown]
 # Reading a row's cache costs the same whether the row brings 1 token or γ+1: a round spreads

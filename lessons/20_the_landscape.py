@@ -49,8 +49,9 @@ GAMMA, N_NEW = 4, 48
 # %%
 ids = [tok.encode_prompt(s) for s in workload_prompts("facts", 4) + workload_prompts("code", 4)]
 tokens, lengths = pad_prompts(ids, cfg.n_ctx)
-written, _ = generate(graphdef, params, cfg, tokens, lengths, jax.random.key(0), T1, N_NEW,
-                      eos_id=-1)
+written, _ = generate(
+    graphdef, params, cfg, tokens, lengths, jax.random.key(0), T1, N_NEW, eos_id=-1
+)
 texts = [a + list(w) for a, w in zip(ids, written)]
 seq = np.array([t + [0] * (max(map(len, texts)) - len(t)) for t in texts], np.int32)  # (B, W)
 
@@ -88,6 +89,7 @@ console.print(f"{len(p)} positions, vocabulary {p.shape[1]}: p and q from sampli
 # target pass come from the mean α by the i.i.d. model, E = (1 − α^(γ+1)) / (1 − α) at
 # γ = 4, which the tokens-per-round lesson found within 10% of the rounds measured.
 
+
 # %%
 def residual(p, q):  # norm(max(0, p − q)) per row; p ≠ q at every real position here
     r = np.maximum(p - q, 0.0)
@@ -114,17 +116,31 @@ def output_law(rule, p, q):
     return q * a + (1 - alpha) * f, alpha[:, 0]
 
 
-rules = {"exact": exact, "lenient, λ = 0.5": lenient, "typical (Medusa)": typical,
-         "every draft": lambda p, q: (np.ones_like(q), p)}  # its fallback is never used
+rules = {
+    "exact": exact,
+    "lenient, λ = 0.5": lenient,
+    "typical (Medusa)": typical,
+    "every draft": lambda p, q: (np.ones_like(q), p),
+}  # its fallback is never used
 out = {name: output_law(rule, p, q) for name, rule in rules.items()}
 alpha = {name: float(a.mean()) for name, (_, a) in out.items()}
 gap = {name: np.array([tv(x, y) for x, y in zip(law, p)]) for name, (law, _) in out.items()}
 E = {name: expected_tokens(a, GAMMA) for name, a in alpha.items()}
-table(f"{len(p)} positions of the target's text, T = 1, γ = {GAMMA}",
-      ["rule", "α", "tokens / pass", "vs exact", "TV from p", ""],
-      [[name, f"{alpha[name]:.3f}", f"{E[name]:.2f}", f"{E[name] / E['exact'] - 1:+.1%}",
-        f"{gap[name].mean():.4f}", bar(gap[name].mean(), gap["every draft"].mean(), 8)]
-       for name in rules])
+table(
+    f"{len(p)} positions of the target's text, T = 1, γ = {GAMMA}",
+    ["rule", "α", "tokens / pass", "vs exact", "TV from p", ""],
+    [
+        [
+            name,
+            f"{alpha[name]:.3f}",
+            f"{E[name]:.2f}",
+            f"{E[name] / E['exact'] - 1:+.1%}",
+            f"{gap[name].mean():.4f}",
+            bar(gap[name].mean(), gap["every draft"].mean(), 8),
+        ]
+        for name in rules
+    ],
+)
 
 # %% [markdown]
 # The lenient α can only be higher, Σ min(q, p/λ) ≥ Σ min(q, p), and accepting every draft
@@ -132,31 +148,55 @@ table(f"{len(p)} positions of the target's text, T = 1, γ = {GAMMA}",
 
 # %%
 lib = verify_residual(jnp.asarray(p[:8], jnp.float32), jnp.asarray(q[:8], jnp.float32))
-claim(np.abs(np.asarray(lib) - residual(p[:8], q[:8])).max() < 1e-6, "the numpy residual "
-      "above is verify.residual's, to float32 precision (first 8 positions)")
-claim(gap["exact"].max() < 1e-6, f"the exact rule's law is p at every one of the {len(p)} "
-      f"positions (largest TV {gap['exact'].max():.0e})")
+claim(
+    np.abs(np.asarray(lib) - residual(p[:8], q[:8])).max() < 1e-6,
+    "the numpy residual above is verify.residual's, to float32 precision (first 8 positions)",
+)
+claim(
+    gap["exact"].max() < 1e-6,
+    f"the exact rule's law is p at every one of the {len(p)} "
+    f"positions (largest TV {gap['exact'].max():.0e})",
+)
 lossy = ("lenient, λ = 0.5", "typical (Medusa)")
-claim(all(gap[n].mean() > 0.01 for n in lossy), "both lossy rules move the law off p: mean TV "
-      + " and ".join(f"{gap[n].mean():.3f}" for n in lossy))
-claim(alpha["typical (Medusa)"] > alpha["exact"], f"typical acceptance accepts more than the "
-      f"exact rule (α {alpha['typical (Medusa)']:.3f} against {alpha['exact']:.3f})")
-claim(all(E[n] / E["exact"] - 1 < 0.10 for n in lossy), "and what they buy is small: under 10% "
-      f"more tokens per pass at γ = {GAMMA} (the exact rule already has α = "
-      f"{alpha['exact']:.2f})")
-claim(gap["typical (Medusa)"].mean() > gap["every draft"].mean() / 2, "typical "
-      "acceptance gives away more than half the distance between the target and the draft "
-      f"alone ({gap['typical (Medusa)'].mean():.3f} of {gap['every draft'].mean():.3f})")
+claim(
+    all(gap[n].mean() > 0.01 for n in lossy),
+    "both lossy rules move the law off p: mean TV "
+    + " and ".join(f"{gap[n].mean():.3f}" for n in lossy),
+)
+claim(
+    alpha["typical (Medusa)"] > alpha["exact"],
+    f"typical acceptance accepts more than the "
+    f"exact rule (α {alpha['typical (Medusa)']:.3f} against {alpha['exact']:.3f})",
+)
+claim(
+    all(E[n] / E["exact"] - 1 < 0.10 for n in lossy),
+    "and what they buy is small: under 10% "
+    f"more tokens per pass at γ = {GAMMA} (the exact rule already has α = "
+    f"{alpha['exact']:.2f})",
+)
+claim(
+    gap["typical (Medusa)"].mean() > gap["every draft"].mean() / 2,
+    "typical "
+    "acceptance gives away more than half the distance between the target and the draft "
+    f"alone ({gap['typical (Medusa)'].mean():.3f} of {gap['every draft'].mean():.3f})",
+)
 unsure = p.max(-1) < 0.9  # (n,) the target gives its favourite less than 0.9
 share = {n: gap[n][unsure].sum() / gap[n].sum() for n in lossy}
-claim(all(x > 0.8 for x in share.values()), f"the {unsure.mean():.0%} of positions where the "
-      "target gives its favourite token less than 0.9 hold " + " and ".join(
-          f"{x:.0%}" for x in share.values()) + " of the two rules' TV")
+claim(
+    all(x > 0.8 for x in share.values()),
+    f"the {unsure.mean():.0%} of positions where the "
+    "target gives its favourite token less than 0.9 hold "
+    + " and ".join(f"{x:.0%}" for x in share.values())
+    + " of the two rules' TV",
+)
 greedy_here = typical(p, q)[0].sum(-1) == 1  # (n,) only the argmax clears the bar
-claim(greedy_here.mean() > 0.5, f"at {greedy_here.sum()} of {len(p)} positions only the "
-      "target's argmax clears typical acceptance's bar: there it is greedy decoding, whatever "
-      "the draft proposed, though at the least sure of them the target gives the other tokens "
-      f"{1 - p.max(-1)[greedy_here].min():.0%} between them")
+claim(
+    greedy_here.mean() > 0.5,
+    f"at {greedy_here.sum()} of {len(p)} positions only the "
+    "target's argmax clears typical acceptance's bar: there it is greedy decoding, whatever "
+    "the draft proposed, though at the least sure of them the target gives the other tokens "
+    f"{1 - p.max(-1)[greedy_here].min():.0%} between them",
+)
 
 # %% [markdown]
 # The damage is not spread evenly: where the target is sure, every rule emits what the
@@ -188,10 +228,14 @@ def pvalue(draws, law):
 
 
 fits_law, fits_p = pvalue(draws, out["lenient, λ = 0.5"][0][j]), pvalue(draws, p[j])
-console.print(f"position {j}: TV {gap['lenient, λ = 0.5'][j]:.3f}; p-value against the "
-              f"computed law {fits_law:.3f}, against p {fits_p:.1e}")
-claim(fits_law > 1e-4, "the sampled rule fits the law computed for it (false-failure "
-      "probability 1e-4)")
+console.print(
+    f"position {j}: TV {gap['lenient, λ = 0.5'][j]:.3f}; p-value against the "
+    f"computed law {fits_law:.3f}, against p {fits_p:.1e}"
+)
+claim(
+    fits_law > 1e-4,
+    "the sampled rule fits the law computed for it (false-failure probability 1e-4)",
+)
 claim(fits_p < 1e-4, "and against p, the law test the statistical suite runs rejects it")
 
 # %% [markdown]
@@ -232,6 +276,7 @@ claim(fits_p < 1e-4, "and against p, the law test the statistical suite runs rej
 # (the matrix products' multiply-adds), and c is set to it, as if time followed arithmetic;
 # a step bound by reading weights would follow the models' sizes, printed beside it.
 
+
 # %%
 def macs_per_token(cfg, context=128):
     """Multiply-adds for one token: per block 12·d² weights (q, k, v 3d², output d², MLP
@@ -245,18 +290,33 @@ a = alpha["exact"]
 speedup = lambda g, c: expected_tokens(a, g) / (g * c + 1)
 more_math = lambda g: (g * c + g + 1) / expected_tokens(a, g)
 sizes = count_params(dparams) / count_params(params)
-console.print(f"multiply-adds per token at a context of 128: target {macs_per_token(cfg):,}, "
-              f"draft {macs_per_token(dcfg):,}, so ĉ = c = {c:.4f}; parameters, draft over "
-              f"target: {sizes:.4f}")
+console.print(
+    f"multiply-adds per token at a context of 128: target {macs_per_token(cfg):,}, "
+    f"draft {macs_per_token(dcfg):,}, so ĉ = c = {c:.4f}; parameters, draft over "
+    f"target: {sizes:.4f}"
+)
 gammas = (1, 2, 4, 8, 16, 32)
-table(f"Leviathan's model: α = {a:.3f} (exact rule), c = ĉ = {c:.3f}",
-      ["γ", "tokens / pass", "speedup", "", "× arithmetic"],
-      [[g, f"{expected_tokens(a, g):.2f}", f"{speedup(g, c):.2f}×", bar(speedup(g, c), 8, 16),
-        f"{more_math(g):.2f}×"] for g in gammas])
+table(
+    f"Leviathan's model: α = {a:.3f} (exact rule), c = ĉ = {c:.3f}",
+    ["γ", "tokens / pass", "speedup", "", "× arithmetic"],
+    [
+        [
+            g,
+            f"{expected_tokens(a, g):.2f}",
+            f"{speedup(g, c):.2f}×",
+            bar(speedup(g, c), 8, 16),
+            f"{more_math(g):.2f}×",
+        ]
+        for g in gammas
+    ],
+)
 best = max(range(1, 65), key=lambda g: speedup(g, c))
-claim(a > c and all(speedup(g, c) > 1 for g in gammas), f"α = {a:.3f} > c = {c:.3f}: every γ "
-      f"in the table speeds up, best γ = {best} at {speedup(best, c):.2f}× while doing "
-      f"{more_math(best):.2f}× the arithmetic")
+claim(
+    a > c and all(speedup(g, c) > 1 for g in gammas),
+    f"α = {a:.3f} > c = {c:.3f}: every γ "
+    f"in the table speeds up, best γ = {best} at {speedup(best, c):.2f}× while doing "
+    f"{more_math(best):.2f}× the arithmetic",
+)
 
 # %% [markdown]
 # Faster on the clock while doing more arithmetic: the trade pays only while the target's

@@ -33,8 +33,10 @@ def _signature(dynamic: dict):
     """The arguments' tree structure and, per leaf, shape, dtype and sharding (None for a
     ShapeDtypeStruct without one, or a Python scalar)."""
     leaves, treedef = jax.tree.flatten(dynamic)
-    return treedef, tuple((getattr(x, "shape", ()), str(getattr(x, "dtype", type(x))),
-                           getattr(x, "sharding", None)) for x in leaves)
+    return treedef, tuple(
+        (getattr(x, "shape", ()), str(getattr(x, "dtype", type(x))), getattr(x, "sharding", None))
+        for x in leaves
+    )
 
 
 def compiled(jitted, static: dict, dynamic: dict, where: tuple = ()):

@@ -34,13 +34,17 @@ class KVCache(NamedTuple):
         return self.k[0].shape[1]
 
 
-def init_cache(n_layer: int, n_head: int, head_dim: int, batch: int, capacity: int,
-               dtype=jnp.float32) -> KVCache:
+def init_cache(
+    n_layer: int, n_head: int, head_dim: int, batch: int, capacity: int, dtype=jnp.float32
+) -> KVCache:
     """An empty cache: zero buffers, length 0 in every row."""
     shape = (batch, capacity, n_head, head_dim)
     zeros = tuple(jnp.zeros(shape, dtype) for _ in range(n_layer))
-    return KVCache(k=zeros, v=tuple(jnp.zeros(shape, dtype) for _ in range(n_layer)),
-                   length=jnp.zeros((batch,), jnp.int32))
+    return KVCache(
+        k=zeros,
+        v=tuple(jnp.zeros(shape, dtype) for _ in range(n_layer)),
+        length=jnp.zeros((batch,), jnp.int32),
+    )
 
 
 def capacity(n_ctx: int, prompt_width: int, max_new: int, block: int = 1) -> int:

@@ -45,8 +45,10 @@ def gpt2_name(path: tuple) -> str:
 
 
 def state_to_tensors(params, dtype=np.float32) -> dict[str, np.ndarray]:
-    return {gpt2_name(path): np.asarray(var.get_value()).astype(dtype)
-            for path, var in nnx.to_flat_state(params)}
+    return {
+        gpt2_name(path): np.asarray(var.get_value()).astype(dtype)
+        for path, var in nnx.to_flat_state(params)
+    }
 
 
 def load_tensors_into(params, tensors: dict[str, np.ndarray], where: str = "checkpoint"):
@@ -55,12 +57,16 @@ def load_tensors_into(params, tensors: dict[str, np.ndarray], where: str = "chec
     expected = {gpt2_name(path) for path, _ in flat}
     if expected != set(tensors):
         missing, extra = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
-        raise UserError(f"{where} does not fit the model (missing {missing[:3]}, extra {extra[:3]}).")
+        raise UserError(
+            f"{where} does not fit the model (missing {missing[:3]}, extra {extra[:3]})."
+        )
     for path, var in flat:
         arr = tensors[gpt2_name(path)]
         if arr.shape != var.get_value().shape:
-            raise UserError(f"{where}: tensor {gpt2_name(path)} has shape {arr.shape}, "
-                            f"expected {var.get_value().shape}.")
+            raise UserError(
+                f"{where}: tensor {gpt2_name(path)} has shape {arr.shape}, "
+                f"expected {var.get_value().shape}."
+            )
         var.set_value(jnp.asarray(arr, jnp.float32))
     return params
 
@@ -110,12 +116,15 @@ def verify_file(ckpt_dir: str | Path, filename: str) -> Path:
 # ------------------------------------------------------------------ models
 
 
-def write_weights(ckpt_dir: str | Path, filename: str, params, metadata: dict[str, str],
-                  info: dict | None = None) -> Path:
+def write_weights(
+    ckpt_dir: str | Path, filename: str, params, metadata: dict[str, str], info: dict | None = None
+) -> Path:
     """The one safetensors writer: `params` as float16 tensors with GPT-2 names plus
     `metadata`, written atomically, then recorded (sha256, and `info`) in the manifest."""
     path = Path(ckpt_dir) / filename
-    blob = st_save(state_to_tensors(params, STORAGE_DTYPE), metadata={**metadata, "dtype": "float16"})
+    blob = st_save(
+        state_to_tensors(params, STORAGE_DTYPE), metadata={**metadata, "dtype": "float16"}
+    )
     atomic_write(path, blob)
     record_file(ckpt_dir, path.name, info)
     return path
@@ -128,7 +137,7 @@ def read_weights(path: Path, key: str, what: str = "nanospec checkpoint"):
     try:
         tensors = st_load(blob)
         header_len = int.from_bytes(blob[:8], "little")
-        meta = json.loads(blob[8:8 + header_len])["__metadata__"]
+        meta = json.loads(blob[8 : 8 + header_len])["__metadata__"]
         return tensors, json.loads(meta[key])
     except Exception as e:  # safetensors raises several kinds; all mean "not a valid file"
         raise UserError(f"{path} is not a valid {what} ({type(e).__name__}).") from None
@@ -136,8 +145,9 @@ def read_weights(path: Path, key: str, what: str = "nanospec checkpoint"):
 
 def save_model(ckpt_dir: str | Path, cfg: ModelConfig, params, info: dict | None = None) -> Path:
     """Write `<cfg.name>.safetensors` atomically and record it in the manifest."""
-    return write_weights(ckpt_dir, f"{cfg.name}.safetensors", params,
-                         {"config": json.dumps(cfg.to_dict())}, info)
+    return write_weights(
+        ckpt_dir, f"{cfg.name}.safetensors", params, {"config": json.dumps(cfg.to_dict())}, info
+    )
 
 
 def load_model(ckpt_dir: str | Path, name: str, verify: bool = True):
@@ -155,7 +165,9 @@ def load_model_file(path: str | Path):
     try:
         cfg = ModelConfig.from_dict(config)
     except Exception as e:
-        raise UserError(f"{path} is not a valid nanospec checkpoint ({type(e).__name__}).") from None
+        raise UserError(
+            f"{path} is not a valid nanospec checkpoint ({type(e).__name__})."
+        ) from None
     # Shapes only (nnx.eval_shape): running the random initialisers just to overwrite them
     # cost ~50 small compiles, most of the time a load took.
     graphdef, params = nnx.split(nnx.eval_shape(lambda: GPT(cfg, nnx.Rngs(0))))
@@ -165,6 +177,7 @@ def load_model_file(path: str | Path):
 
 def load_tokenizer(ckpt_dir: str | Path):
     from nanospec.tokenizer import Tokenizer
+
     return Tokenizer.load(verify_file(ckpt_dir, "tokenizer.json"))
 
 
@@ -174,6 +187,8 @@ def load_models(ckpt_dir: str | Path, names: list[str]):
     models = {name: load_model(ckpt_dir, name) for name in names}
     for name, (cfg, _, _) in models.items():
         if cfg.vocab_size != tok.vocab_size:
-            raise UserError(f"{name} was trained with {cfg.vocab_size} tokens but the tokenizer "
-                            f"has {tok.vocab_size}; retrain it.")
+            raise UserError(
+                f"{name} was trained with {cfg.vocab_size} tokens but the tokenizer "
+                f"has {tok.vocab_size}; retrain it."
+            )
     return tok, models

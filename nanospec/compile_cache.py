@@ -26,9 +26,11 @@ from pathlib import Path
 ENV = "NANOSPEC_COMPILE_CACHE"
 OFF = ("off", "0", "no", "false", "none")
 # JAX's options (each is also read from its upper-case environment variable when JAX loads).
-OPTIONS = {"jax_compilation_cache_dir": None,  # the folder, filled in by enable()
-           "jax_persistent_cache_min_compile_time_secs": 0,
-           "jax_persistent_cache_min_entry_size_bytes": 0}
+OPTIONS = {
+    "jax_compilation_cache_dir": None,  # the folder, filled in by enable()
+    "jax_persistent_cache_min_compile_time_secs": 0,
+    "jax_persistent_cache_min_entry_size_bytes": 0,
+}
 
 
 def cache_dir(environ=os.environ) -> Path | None:
@@ -56,6 +58,7 @@ def enable() -> Path | None:
         os.environ[name.upper()] = str(value)
     if "jax" in sys.modules:
         import jax
+
         for name, value in options.items():
             jax.config.update(name, value)
     return folder

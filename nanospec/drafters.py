@@ -55,13 +55,27 @@ class Drafter:
         """This drafter's dparams, made once at load from its own and the target's parameters."""
         return params
 
-    def init(self, dparams, tokens: jax.Array, lengths: jax.Array, hidden: jax.Array,
-             capacity: int | None = None) -> Any:
+    def init(
+        self,
+        dparams,
+        tokens: jax.Array,
+        lengths: jax.Array,
+        hidden: jax.Array,
+        capacity: int | None = None,
+    ) -> Any:
         """Read the padded prompt (B, Lb); return the drafter's state (dstate)."""
         raise NotImplementedError
 
-    def propose(self, dparams, dstate, seq: jax.Array, length: jax.Array, key: jax.Array,
-                sp: SamplingParams, gamma: int) -> tuple[jax.Array, jax.Array, Any]:
+    def propose(
+        self,
+        dparams,
+        dstate,
+        seq: jax.Array,
+        length: jax.Array,
+        key: jax.Array,
+        sp: SamplingParams,
+        gamma: int,
+    ) -> tuple[jax.Array, jax.Array, Any]:
         """γ drafts (B, γ) int32, the law each was drawn from (B, γ, V), and the new dstate."""
         raise NotImplementedError
 
@@ -72,8 +86,15 @@ class Drafter:
         decode step over one token (speculative.target_pass). Set `varies_length` to use it."""
         return jnp.full(seq.shape[:1], gamma, jnp.int32)
 
-    def commit(self, dparams, dstate, hidden: jax.Array, emitted: jax.Array, start: jax.Array,
-               length: jax.Array) -> Any:
+    def commit(
+        self,
+        dparams,
+        dstate,
+        hidden: jax.Array,
+        emitted: jax.Array,
+        start: jax.Array,
+        length: jax.Array,
+    ) -> Any:
         """See what the target saw after a round (its features, the tokens appended)."""
         return dstate
 
@@ -137,8 +158,9 @@ class DraftModel(Drafter):
         start = tail(length)  # (B,) the second-last token's position, 0 for a one-token prompt
         last_two = take_rows(seq, start, 2)  # (B, 2)
         positions = start[:, None] + jnp.arange(2)  # (B, 2)
-        logits, _, cache = forward(self.graphdef, dparams, last_two, positions,
-                                   rollback(cache, start))
+        logits, _, cache = forward(
+            self.graphdef, dparams, last_two, positions, rollback(cache, start)
+        )
         cache = rollback(cache, length)  # a one-token prompt's padding slot is forgotten
         keys = split_keys(key, gamma)
         last = jnp.where((length == 1)[:, None], logits[:, 0], logits[:, 1])  # (B, V)
@@ -148,13 +170,16 @@ class DraftModel(Drafter):
         def draft_one(carry, i_and_key):  # feed draft i, sample draft i + 1
             cache, x = carry
             i, k = i_and_key
-            logits, _, cache = forward(self.graphdef, dparams, x[:, None],
-                                       (length - 1 + i)[:, None], cache)
+            logits, _, cache = forward(
+                self.graphdef, dparams, x[:, None], (length - 1 + i)[:, None], cache
+            )
             q = law(sampling_probs(logits[:, 0], sp), i)  # (B, V)
             x_next = sample_rows(k, q)  # (B,)
             return (cache, x_next), (x_next, q)
 
-        (cache, _), (xs, qs) = jax.lax.scan(draft_one, (cache, x1), (jnp.arange(1, gamma), keys[1:]))
+        (cache, _), (xs, qs) = jax.lax.scan(
+            draft_one, (cache, x1), (jnp.arange(1, gamma), keys[1:])
+        )
         drafts = jnp.concatenate([x1[:, None], xs.T], axis=1)  # (B, γ)
         q = jnp.concatenate([q1[:, None], jnp.moveaxis(qs, 0, 1)], axis=1)  # (B, γ, V)
         return drafts, q, cache
@@ -232,7 +257,9 @@ class PromptLookup(Drafter):
 
     def matches(self, seq, length, gamma):
         """Every row's lookup: (drafts (B, γ), n-gram length matched (B,), 0 for none)."""
-        return jax.vmap(lambda s, n: lookup(s, n, gamma, self.max_ngram, self.min_ngram))(seq, length)
+        return jax.vmap(lambda s, n: lookup(s, n, gamma, self.max_ngram, self.min_ngram))(
+            seq, length
+        )
 
     def propose(self, dparams, dstate, seq, length, key, sp, gamma):
         drafts, _ = self.matches(seq, length, gamma)  # (B, γ)

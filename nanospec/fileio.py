@@ -34,10 +34,12 @@ def check_output(path: str | os.PathLike, suffix: str | None = None, flag: str =
     """A file a command will write, checked before any slow work: its folder must exist (a
     typo in a folder name should not silently create a new tree), and it must have `suffix`."""
     from nanospec.errors import UserError
+
     path = Path(path)
     if suffix and path.suffix.lower() != suffix:
-        raise UserError(f"{flag} writes a {suffix} file; give a name ending in {suffix}, "
-                        f"not {path.name!r}.")
+        raise UserError(
+            f"{flag} writes a {suffix} file; give a name ending in {suffix}, not {path.name!r}."
+        )
     if path.is_dir():
         raise UserError(f"Cannot write {path}: it is a folder; give a file name.")
     if not path.parent.is_dir():

@@ -56,12 +56,14 @@ def pad_prompts(prompts: list[list[int]], n_ctx: int, pad_id: int = 0):
         raise UserError("The prompt is empty; give at least one token of text.")
     longest = max(len(p) for p in prompts)
     if longest >= n_ctx:
-        raise UserError(f"The prompt is {longest} tokens long but the model's context holds "
-                        f"{n_ctx}, leaving no room to generate; shorten it.")
+        raise UserError(
+            f"The prompt is {longest} tokens long but the model's context holds "
+            f"{n_ctx}, leaving no room to generate; shorten it."
+        )
     width = bucket(longest, n_ctx)
     tokens = np.full((len(prompts), width), pad_id, np.int32)
     for i, p in enumerate(prompts):
-        tokens[i, :len(p)] = p
+        tokens[i, : len(p)] = p
     return jnp.asarray(tokens), jnp.asarray([len(p) for p in prompts], jnp.int32)
 
 
@@ -81,13 +83,32 @@ def as_round(live, length, token, probs) -> StepTrace:
     none = lambda dtype, *shape: jnp.zeros((B, 0) + shape, dtype)
     top_p, top_ids = jax.lax.top_k(probs, TOP)  # (B, TOP)
     p_tok = prob_of(probs, token)
-    verdict = Verdict(jnp.zeros(B, jnp.int32), none(bool), token, jnp.ones(B, bool),
-                      none(jnp.float32), none(jnp.float32), none(jnp.float32), probs)
-    return StepTrace(live, length, none(jnp.int32), jnp.zeros(B, jnp.int32), verdict,
-                     live.astype(jnp.int32), token[:, None],
-                     (none(jnp.int32, TOP), none(jnp.float32, TOP)),
-                     (top_ids[:, None], top_p[:, None]), (top_ids, top_p), p_tok, p_tok,
-                     jnp.zeros(B, jnp.float32), jnp.zeros(B, bool))
+    verdict = Verdict(
+        jnp.zeros(B, jnp.int32),
+        none(bool),
+        token,
+        jnp.ones(B, bool),
+        none(jnp.float32),
+        none(jnp.float32),
+        none(jnp.float32),
+        probs,
+    )
+    return StepTrace(
+        live,
+        length,
+        none(jnp.int32),
+        jnp.zeros(B, jnp.int32),
+        verdict,
+        live.astype(jnp.int32),
+        token[:, None],
+        (none(jnp.int32, TOP), none(jnp.float32, TOP)),
+        (top_ids[:, None], top_p[:, None]),
+        (top_ids, top_p),
+        p_tok,
+        p_tok,
+        jnp.zeros(B, jnp.float32),
+        jnp.zeros(B, bool),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,11 +138,19 @@ class Decoder(Loop):
     def prefill(self, params, dparams, tokens, lengths, key) -> DecodeState:
         """Run the padded prompt through the model once; the state before the first token."""
         B = tokens.shape[0]
-        logits, _, cache, seq = prefill_target(self.graphdef, params, self.cfg, tokens,
-                                               self.capacity or self.cfg.n_ctx)
+        logits, _, cache, seq = prefill_target(
+            self.graphdef, params, self.cfg, tokens, self.capacity or self.cfg.n_ctx
+        )
         last = jnp.take_along_axis(logits, (lengths - 1)[:, None, None], axis=1)[:, 0]  # (B, V)
-        return DecodeState(seq, rollback(cache, lengths), last, jnp.zeros(B, jnp.int32),
-                           jnp.zeros(B, bool), jnp.int32(0), key)
+        return DecodeState(
+            seq,
+            rollback(cache, lengths),
+            last,
+            jnp.zeros(B, jnp.int32),
+            jnp.zeros(B, bool),
+            jnp.int32(0),
+            key,
+        )
 
     def draft(self, dparams, state: DecodeState, sp: SamplingParams):
         return (), state  # nothing to draft
@@ -137,11 +166,14 @@ class Decoder(Loop):
         rows = jnp.arange(B)
         seq = state.seq.at[rows, length].set(jnp.where(live, token, state.seq[rows, length]))
         n_new = state.n_new + live
-        done = state.done | (live & ((token == self.eos_id) | (n_new >= max_new)
-                                     | (length + 1 >= self.cfg.n_ctx)))
+        done = state.done | (
+            live & ((token == self.eos_id) | (n_new >= max_new) | (length + 1 >= self.cfg.n_ctx))
+        )
 
         def next_logits(carry):
-            logits, _, cache = forward(self.graphdef, params, token[:, None], length[:, None], carry[1])
+            logits, _, cache = forward(
+                self.graphdef, params, token[:, None], length[:, None], carry[1]
+            )
             return logits[:, 0], rollback(cache, jnp.where(live, length + 1, length))
 
         # Skip the forward pass once every row is done (it would only be thrown away); `run_if`,
@@ -155,16 +187,35 @@ class Decoder(Loop):
         return events_from_step(trace, tok, round_idx, seconds)
 
 
-def generate(graphdef, params, cfg: ModelConfig, tokens, lengths, key, sp: SamplingParams,
-             max_new: int, eos_id: int):
+def generate(
+    graphdef,
+    params,
+    cfg: ModelConfig,
+    tokens,
+    lengths,
+    key,
+    sp: SamplingParams,
+    max_new: int,
+    eos_id: int,
+):
     """The fused driver in one call. Returns (new tokens per row, final DecodeState)."""
     state, _ = Decoder(graphdef=graphdef, cfg=cfg, eos_id=eos_id).run(
-        params, (), tokens, lengths, key, sp, max_new)
+        params, (), tokens, lengths, key, sp, max_new
+    )
     return generated(state, lengths), state
 
 
-def stream(graphdef, params, cfg: ModelConfig, tokens, lengths, key, sp: SamplingParams,
-           max_new: int, eos_id: int):
+def stream(
+    graphdef,
+    params,
+    cfg: ModelConfig,
+    tokens,
+    lengths,
+    key,
+    sp: SamplingParams,
+    max_new: int,
+    eos_id: int,
+):
     """Step by step: yields (B,) arrays of each step's new token (-1 for rows already done)."""
     decoder = Decoder(graphdef=graphdef, cfg=cfg, eos_id=eos_id)
     for rnd in decoder.rounds(params, (), tokens, lengths, key, sp, max_new):

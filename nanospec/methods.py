@@ -37,23 +37,58 @@ class Method:
     #                                  says so itself: trees/grow.py)
 
 
-METHODS = {m.name: m for m in (
-    Method("ar", "autoregressive", loop="nanospec.methods:autoregressive",
-           refuses_tree="ar drafts nothing"),
-    Method("draft", "speculative with the draft model", ("draft",),
-           "nanospec.drafters:DraftModel", adaptive=True, vllm="draft_model"),
-    Method("ngram", "prompt lookup", (), "nanospec.drafters:PromptLookup", adaptive=True,
-           vllm="ngram"),
-    Method("medusa", "Medusa heads", ("medusa",), "nanospec.heads.drafters:MedusaDrafter",
-           vllm="medusa"),
-    Method("eagle", "EAGLE head", ("eagle",), "nanospec.heads.drafters:EagleDrafter",
-           vllm="eagle"),
-    Method("mtp", "multi-token prediction heads", ("mtp",), "nanospec.heads.drafters:MTPDrafter",
-           vllm="mtp"),
-    Method("ssd", "speculative speculative decoding (the draft model pre-drafts the next round)",
-           ("draft",), "nanospec.drafters:DraftModel", loop="nanospec.ssd.loop:ssd_loop",
-           refuses_tree="ssd pre-drafts a chain for each outcome it guesses"),
-)}
+METHODS = {
+    m.name: m
+    for m in (
+        Method(
+            "ar",
+            "autoregressive",
+            loop="nanospec.methods:autoregressive",
+            refuses_tree="ar drafts nothing",
+        ),
+        Method(
+            "draft",
+            "speculative with the draft model",
+            ("draft",),
+            "nanospec.drafters:DraftModel",
+            adaptive=True,
+            vllm="draft_model",
+        ),
+        Method(
+            "ngram",
+            "prompt lookup",
+            (),
+            "nanospec.drafters:PromptLookup",
+            adaptive=True,
+            vllm="ngram",
+        ),
+        Method(
+            "medusa",
+            "Medusa heads",
+            ("medusa",),
+            "nanospec.heads.drafters:MedusaDrafter",
+            vllm="medusa",
+        ),
+        Method(
+            "eagle", "EAGLE head", ("eagle",), "nanospec.heads.drafters:EagleDrafter", vllm="eagle"
+        ),
+        Method(
+            "mtp",
+            "multi-token prediction heads",
+            ("mtp",),
+            "nanospec.heads.drafters:MTPDrafter",
+            vllm="mtp",
+        ),
+        Method(
+            "ssd",
+            "speculative speculative decoding (the draft model pre-drafts the next round)",
+            ("draft",),
+            "nanospec.drafters:DraftModel",
+            loop="nanospec.ssd.loop:ssd_loop",
+            refuses_tree="ssd pre-drafts a chain for each outcome it guesses",
+        ),
+    )
+}
 DRAFTING = tuple(name for name, m in METHODS.items() if m.drafter)  # all but ar
 
 
@@ -82,7 +117,7 @@ def needs(name: str) -> list[str]:
 
 
 def resolve(path: str):
-    """"module:name" -> the object (imported only now)."""
+    """ "module:name" -> the object (imported only now)."""
     module, name = path.split(":")
     return getattr(importlib.import_module(module), name)
 
@@ -103,6 +138,7 @@ def build(name: str, models: dict, fixed: dict, options: Options = Options()):
 
 def autoregressive(drafter, dparams, fixed: dict, o: Options):
     from nanospec.generate import Decoder
+
     return Decoder(**fixed)
 
 
@@ -110,6 +146,8 @@ def chain_or_tree(drafter, dparams, fixed: dict, o: Options):
     """γ drafts in a row (speculative.Speculator), or `o.tree` (trees/loop.TreeSpeculator)."""
     if o.tree is not None:
         from nanospec.trees.loop import TreeSpeculator
+
         return TreeSpeculator(drafter=drafter, tree=o.tree, top=o.top, **fixed)
     from nanospec.speculative import Speculator
+
     return Speculator(drafter=drafter, gamma=o.gamma, **fixed)

@@ -60,8 +60,7 @@ class ModelConfig:
     @classmethod
     def tiny(cls, vocab_size: int = 64, n_ctx: int = 32) -> "ModelConfig":
         """For tests: compiles and runs in well under a second."""
-        return cls(name="tiny", vocab_size=vocab_size, n_ctx=n_ctx, n_layer=2, n_head=2,
-                   d_model=32)
+        return cls(name="tiny", vocab_size=vocab_size, n_ctx=n_ctx, n_layer=2, n_head=2, d_model=32)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -132,8 +131,9 @@ class GPT(nnx.Module):
         c = self.cfg
         return init_cache(c.n_layer, c.n_head, c.head_dim, batch, capacity or c.n_ctx)
 
-    def __call__(self, tokens, positions, cache: KVCache | None = None, *,
-                 block_mask=None, layer: int = -1):
+    def __call__(
+        self, tokens, positions, cache: KVCache | None = None, *, block_mask=None, layer: int = -1
+    ):
         """tokens, positions: (B, T) int. Returns logits (B, T, V), hidden (B, T, C), cache.
 
         The new tokens are appended at slots `cache.length ..`; the returned cache has

@@ -25,13 +25,13 @@ class Proposal(NamedTuple):  # what a chain proposer hands to the judge
     cached: jax.Array  # (B,) bool: drafted before the round began (SSD's cache), else False
 
 
-
 def check_gamma(drafter: Drafter, gamma: int) -> None:
     """Heads draft one token per head: γ cannot exceed how many they have."""
     most = drafter.max_gamma
     if most is not None and gamma > most:
-        raise UserError(f"{drafter.name} has {most} heads, so gamma can be at most {most}; "
-                        f"got {gamma}.")
+        raise UserError(
+            f"{drafter.name} has {most} heads, so gamma can be at most {most}; got {gamma}."
+        )
 
 
 class Proposer:

@@ -40,7 +40,9 @@ def target_laws(target, seq: list[int], sp: SamplingParams):
     so that one compiled program serves every round; causal attention never lets a position
     see the padding after it, and rows past len(seq) are never read."""
     cfg, graphdef, params = target
-    tokens = jnp.zeros((1, cfg.n_ctx), jnp.int32).at[0, :len(seq)].set(jnp.asarray(seq[:cfg.n_ctx]))
+    tokens = (
+        jnp.zeros((1, cfg.n_ctx), jnp.int32).at[0, : len(seq)].set(jnp.asarray(seq[: cfg.n_ctx]))
+    )
     return _laws(graphdef, params, tokens, sp)
 
 
@@ -52,10 +54,12 @@ def _laws(graphdef, params, tokens, sp):
 
 # The drafter's steps and the rule, each jitted once here with the drafter (a frozen dataclass)
 # as a static argument: every call reuses the program compiled for its drafter and shapes.
-_propose = jax.jit(lambda d, *args, gamma: d.propose(*args, gamma), static_argnums=0,
-                   static_argnames="gamma")
-_how_many = jax.jit(lambda d, *args, gamma: d.draft_length(*args, gamma), static_argnums=0,
-                    static_argnames="gamma")
+_propose = jax.jit(
+    lambda d, *args, gamma: d.propose(*args, gamma), static_argnums=0, static_argnames="gamma"
+)
+_how_many = jax.jit(
+    lambda d, *args, gamma: d.draft_length(*args, gamma), static_argnums=0, static_argnames="gamma"
+)
 _commit = jax.jit(lambda d, *args: d.commit(*args), static_argnums=0)
 _judge = jax.jit(verify_row)
 
@@ -66,8 +70,17 @@ def window(x: jax.Array, start: int, n: int, axis: int = 0) -> jax.Array:
     return jnp.take(x, jnp.arange(start, start + n), axis=axis, mode="clip")
 
 
-def speculative_sampling(target, drafter: Drafter, dparams, prompt: list[int], gamma: int,
-                         sp: SamplingParams, key: jax.Array, max_new: int, eos_id: int):
+def speculative_sampling(
+    target,
+    drafter: Drafter,
+    dparams,
+    prompt: list[int],
+    gamma: int,
+    sp: SamplingParams,
+    key: jax.Array,
+    max_new: int,
+    eos_id: int,
+):
     """Generate up to `max_new` tokens after `prompt`; returns them (a list of ints).
 
     `target` = (cfg, graphdef, params). Stops after EOS, after max_new tokens, or at the end
@@ -77,8 +90,9 @@ def speculative_sampling(target, drafter: Drafter, dparams, prompt: list[int], g
     _, hidden = target_laws(target, seq, sp)
     # The drafter's own state (a draft model's KV cache: room for a round past the end).
     width = full_capacity(cfg, gamma + 1)
-    dstate = drafter.init(dparams, jnp.asarray([seq]), jnp.asarray([len(seq)]),
-                          hidden[:, :len(seq)], capacity=width)
+    dstate = drafter.init(
+        dparams, jnp.asarray([seq]), jnp.asarray([len(seq)]), hidden[:, : len(seq)], capacity=width
+    )
     for step in range(max_new):  # each round emits at least one token
         n_new, L = len(seq) - len(prompt), len(seq)
         if n_new >= max_new or (n_new and seq[-1] == eos_id) or L >= cfg.n_ctx:
@@ -87,8 +101,9 @@ def speculative_sampling(target, drafter: Drafter, dparams, prompt: list[int], g
         committed, length = jnp.asarray([seq + [0] * (width - L)]), jnp.asarray([L])
 
         # 1. Draft: γ guesses x₁..x_γ and the laws q₁..q_γ they were drawn from.
-        drafts, q, dstate = _propose(drafter, dparams, dstate, committed, length, draft_key, sp,
-                                     gamma=gamma)
+        drafts, q, dstate = _propose(
+            drafter, dparams, dstate, committed, length, draft_key, sp, gamma=gamma
+        )
         drafts, q = drafts[0], q[0]  # (γ,), (γ, V)
         # The drafter may propose fewer (prompt lookup, when nothing matches); none may run
         # past the context's end.
@@ -106,11 +121,18 @@ def speculative_sampling(target, drafter: Drafter, dparams, prompt: list[int], g
         # 4. Commit x₁..x_n and the extra token y; the rejected drafts simply are not kept.
         new = drafts[:n].tolist() + [int(v.token)]
         if eos_id in new:
-            new = new[:new.index(eos_id) + 1]
-        new = new[:max_new - n_new][:cfg.n_ctx - L]
+            new = new[: new.index(eos_id) + 1]
+        new = new[: max_new - n_new][: cfg.n_ctx - L]
         emitted = jnp.asarray([new + [0] * (gamma + 1 - len(new))])
         seq += new
         # The drafter sees what the target saw: its features over [last, x₁..x_γ].
-        dstate = _commit(drafter, dparams, dstate, window(hidden, L - 1, gamma + 1, axis=1),
-                         emitted, jnp.asarray([L - 1]), jnp.asarray([len(seq)]))
-    return seq[len(prompt):]
+        dstate = _commit(
+            drafter,
+            dparams,
+            dstate,
+            window(hidden, L - 1, gamma + 1, axis=1),
+            emitted,
+            jnp.asarray([L - 1]),
+            jnp.asarray([len(seq)]),
+        )
+    return seq[len(prompt) :]

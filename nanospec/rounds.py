@@ -76,7 +76,7 @@ def share_rows(state, batch: int):
 def generated(state, prompt_lengths) -> list[list[int]]:
     """Each row's generated ids (prompt stripped), from any loop's state (`seq`, `n_new`)."""
     seq, start, n = np.asarray(state.seq), np.asarray(prompt_lengths), np.asarray(state.n_new)
-    return [seq[b, start[b]:start[b] + n[b]].tolist() for b in range(len(start))]
+    return [seq[b, start[b] : start[b] + n[b]].tolist() for b in range(len(start))]
 
 
 class StepTrace(NamedTuple):
@@ -121,17 +121,22 @@ class RoundStats(NamedTuple):
         """Count one round: (B,) each — which rows took part, drafts proposed and accepted,
         whether every one was accepted, whether the drafts came from a speculation cache."""
         rows = jnp.arange(live.shape[0])
-        return RoundStats(self.hist.at[rows, n_accepted].add(live.astype(jnp.int32)),
-                          self.drafted + jnp.where(live, n_draft, 0),
-                          self.rejected + (live & ~is_bonus).astype(jnp.int32),
-                          self.cached + (live & cached).astype(jnp.int32))
+        return RoundStats(
+            self.hist.at[rows, n_accepted].add(live.astype(jnp.int32)),
+            self.drafted + jnp.where(live, n_draft, 0),
+            self.rejected + (live & ~is_bonus).astype(jnp.int32),
+            self.cached + (live & cached).astype(jnp.int32),
+        )
 
     def counters(self, state, rows: int | None = None) -> tuple[list[int], int, int]:
         """The first `rows` rows (default all) together: the acceptance histogram, tokens
         generated (from the final `state`) and drafts proposed (trace.metrics' inputs)."""
         keep = slice(None, rows)
-        return (np.asarray(self.hist)[keep].sum(0).tolist(), int(np.sum(state.n_new[keep])),
-                int(np.sum(self.drafted[keep])))
+        return (
+            np.asarray(self.hist)[keep].sum(0).tolist(),
+            int(np.sum(state.n_new[keep])),
+            int(np.sum(self.drafted[keep])),
+        )
 
     def cached_rounds(self, rows: int | None = None) -> int:
         """Rounds of the first `rows` rows (default all) whose drafts came from SSD's cache."""
@@ -158,8 +163,9 @@ class Programs(NamedTuple):
 def _loop(spec, params, dparams, tokens, lengths, key, sp, max_new):
     """Prefill, then rounds until every row is done: one `lax.while_loop`."""
     if spec.shared:  # every row holds the same prompt: run it once, repeat the state
-        state = share_rows(spec.prefill(params, dparams, tokens[:1], lengths[:1], key),
-                           tokens.shape[0])
+        state = share_rows(
+            spec.prefill(params, dparams, tokens[:1], lengths[:1], key), tokens.shape[0]
+        )
     else:
         state = spec.prefill(params, dparams, tokens, lengths, key)
 
@@ -174,14 +180,24 @@ def _loop(spec, params, dparams, tokens, lengths, key, sp, max_new):
 
 
 _fused = jax.jit(_loop, static_argnames=("spec",))
-_prefill_jit = jax.jit(lambda spec, params, dparams, tokens, lengths, key:
-                       spec.prefill(params, dparams, tokens, lengths, key),
-                       static_argnames=("spec",))
-_draft_jit = jax.jit(lambda spec, dparams, state, sp: spec.draft(dparams, state, sp),
-                     static_argnames=("spec",), donate_argnames=("state",))
-_settle_jit = jax.jit(lambda spec, params, dparams, state, drafted, sp, max_new:
-                      spec.settle(params, dparams, state, drafted, sp, max_new),
-                      static_argnames=("spec",), donate_argnames=("state",))
+_prefill_jit = jax.jit(
+    lambda spec, params, dparams, tokens, lengths, key: spec.prefill(
+        params, dparams, tokens, lengths, key
+    ),
+    static_argnames=("spec",),
+)
+_draft_jit = jax.jit(
+    lambda spec, dparams, state, sp: spec.draft(dparams, state, sp),
+    static_argnames=("spec",),
+    donate_argnames=("state",),
+)
+_settle_jit = jax.jit(
+    lambda spec, params, dparams, state, drafted, sp, max_new: spec.settle(
+        params, dparams, state, drafted, sp, max_new
+    ),
+    static_argnames=("spec",),
+    donate_argnames=("state",),
+)
 JITTED = (_prefill_jit, _draft_jit, _settle_jit)  # the step-wise programs (tests count them)
 prefill_program = _prefill_jit  # prefill_program(loop, params, dparams, tokens, lengths, key)
 
@@ -199,9 +215,19 @@ class Loop:
     def program(self, params, dparams, tokens, lengths, key, sp):
         """(the fused loop compiled for these shapes, seconds compiling; 0 if done before).
         Call it with params, dparams, tokens, lengths, key, sp and max_new as keywords."""
-        return compiled(_fused, dict(spec=self), dict(
-            params=params, dparams=dparams, tokens=tokens, lengths=lengths, key=key, sp=sp,
-            max_new=jax.ShapeDtypeStruct((), jnp.int32)))
+        return compiled(
+            _fused,
+            dict(spec=self),
+            dict(
+                params=params,
+                dparams=dparams,
+                tokens=tokens,
+                lengths=lengths,
+                key=key,
+                sp=sp,
+                max_new=jax.ShapeDtypeStruct((), jnp.int32),
+            ),
+        )
 
     def run(self, params, dparams, tokens, lengths, key, sp, max_new: int):
         """Fused driver: the whole generation in one jitted `lax.while_loop` -> (state, stats)."""
@@ -212,23 +238,47 @@ class Loop:
         """Compile the step-wise driver ahead of time: (programs, seconds spent compiling).
         Only the static fields and the shapes decide, so a new seed, temperature or prompt of
         the same bucket reuses them (0 s)."""
-        pre, s1 = compiled(_prefill_jit, dict(spec=self), dict(
-            params=params, dparams=dparams, tokens=tokens, lengths=lengths, key=key))
-        dr, s2 = compiled(_draft_jit, dict(spec=self), dict(dparams=dparams, state=pre.out_info, sp=sp))
-        se, s3 = compiled(_settle_jit, dict(spec=self), dict(
-            params=params, dparams=dparams, state=pre.out_info, drafted=dr.out_info[0], sp=sp,
-            max_new=jax.ShapeDtypeStruct((), jnp.int32)))
+        pre, s1 = compiled(
+            _prefill_jit,
+            dict(spec=self),
+            dict(params=params, dparams=dparams, tokens=tokens, lengths=lengths, key=key),
+        )
+        dr, s2 = compiled(
+            _draft_jit, dict(spec=self), dict(dparams=dparams, state=pre.out_info, sp=sp)
+        )
+        se, s3 = compiled(
+            _settle_jit,
+            dict(spec=self),
+            dict(
+                params=params,
+                dparams=dparams,
+                state=pre.out_info,
+                drafted=dr.out_info[0],
+                sp=sp,
+                max_new=jax.ShapeDtypeStruct((), jnp.int32),
+            ),
+        )
         return Programs(pre, dr, se), s1 + s2 + s3
 
-    def rounds(self, params, dparams, tokens, lengths, key, sp, max_new: int,
-               programs: Programs | None = None):
+    def rounds(
+        self,
+        params,
+        dparams,
+        tokens,
+        lengths,
+        key,
+        sp,
+        max_new: int,
+        programs: Programs | None = None,
+    ):
         """Step-wise driver: yields a `Round` after every round. Give it `compile`'s programs
         to keep compiling out of round 1's timings (else it compiles them first)."""
         self.check(lengths, max_new)
         if programs is None:
             programs, _ = self.compile(params, dparams, tokens, lengths, key, sp)
-        state = programs.prefill(params=params, dparams=dparams, tokens=tokens, lengths=lengths,
-                                 key=key)
+        state = programs.prefill(
+            params=params, dparams=dparams, tokens=tokens, lengths=lengths, key=key
+        )
         stats = RoundStats.zeros(tokens.shape[0], self.depth)
         max_new = jnp.int32(max_new)
         while not bool(jnp.all(state.done)):
@@ -236,8 +286,9 @@ class Loop:
             drafted, state = programs.draft(dparams=dparams, state=state, sp=sp)
             jax.block_until_ready(drafted)
             t1 = time.perf_counter()
-            state, trace = programs.settle(params=params, dparams=dparams, state=state,
-                                           drafted=drafted, sp=sp, max_new=max_new)
+            state, trace = programs.settle(
+                params=params, dparams=dparams, state=state, drafted=drafted, sp=sp, max_new=max_new
+            )
             jax.block_until_ready(state.done)
             t2 = time.perf_counter()
             stats = stats.add(*trace.counts())

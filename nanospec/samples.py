@@ -47,21 +47,26 @@ def row_bytes(cfgs, block: int, capacity: int) -> int:
     return 2 * (kv + round_pass)
 
 
-def plan_chunks(cfgs, n: int, block: int, capacity: int, budget: int,
-                one_batch: bool = False) -> Plan:
+def plan_chunks(
+    cfgs, n: int, block: int, capacity: int, budget: int, one_batch: bool = False
+) -> Plan:
     """How to split n samples so that a chunk fits `budget`, for a loop whose rows keep KV
     caches of the models `cfgs` (the target's first: its `kv_models()`); `one_batch`: all n in
     one chunk (a traced run follows every row round by round), or one sentence saying how
     many fit."""
     fit = budget // row_bytes(cfgs, block, capacity)
     if fit < 1:
-        raise UserError(f"One sample of this prompt needs more than the memory budget of "
-                        f"{budget / 2**30:.1f} GiB; lower --max-new-tokens.")
+        raise UserError(
+            f"One sample of this prompt needs more than the memory budget of "
+            f"{budget / 2**30:.1f} GiB; lower --max-new-tokens."
+        )
     if one_batch:
         if n > fit:
-            raise UserError(f"A traced run keeps all {n:,} samples in one batch, which does not "
-                            f"fit in {budget / 2**30:.1f} GiB here; at most {fit:,} would "
-                            f"(or drop --trace/--show).")
+            raise UserError(
+                f"A traced run keeps all {n:,} samples in one batch, which does not "
+                f"fit in {budget / 2**30:.1f} GiB here; at most {fit:,} would "
+                f"(or drop --trace/--show)."
+            )
         return Plan(n, 1)
     rows = min(n, fit)
     return Plan(rows, -(-n // rows))

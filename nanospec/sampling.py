@@ -41,8 +41,14 @@ class SamplingParams(NamedTuple):
     held: jax.Array | None = None  # (V,) bool: the tokens min_new holds back (None: no hold)
 
     @classmethod
-    def make(cls, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-             min_new: int = 0, held=None) -> "SamplingParams":
+    def make(
+        cls,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        min_new: int = 0,
+        held=None,
+    ) -> "SamplingParams":
         """With `held` (a (V,) bool mask), those tokens are impossible until `min_new` tokens
         were generated; without it there is no hold at all (and nothing computed for one)."""
         # numpy scalars, not jax arrays: building settings (GREEDY below, at import) must not
@@ -53,13 +59,17 @@ class SamplingParams(NamedTuple):
     def repeat(self, n: int) -> "SamplingParams":
         """Settings per row (the serving engine's), each row's repeated for n rows in a row
         (SSD's branches of one request); shared settings stay as they are."""
-        return self if self.temperature.ndim == 0 else SamplingParams(
-            *(None if x is None else jnp.repeat(x, n, axis=0) for x in self))
+        return (
+            self
+            if self.temperature.ndim == 0
+            else SamplingParams(*(None if x is None else jnp.repeat(x, n, axis=0) for x in self))
+        )
 
     def per_row(self, n: int) -> "SamplingParams":
         """Shared settings as n rows of the same setting (the serving engine's form)."""
-        return SamplingParams(*(None if x is None else jnp.broadcast_to(x, (n,) + x.shape)
-                                for x in self))
+        return SamplingParams(
+            *(None if x is None else jnp.broadcast_to(x, (n,) + x.shape) for x in self)
+        )
 
 
 GREEDY = SamplingParams.make(temperature=0.0)
@@ -96,8 +106,9 @@ def sampling_probs(logits: jax.Array, params: SamplingParams, made=None) -> jax.
     # subtle: a real branch on a scalar: greedy decoding skips the softmax and the top-k/top-p
     # machinery altogether: on a CPU, a third of a draft step's sampling (the timings:
     # docs/results.md, "Why the code is shaped as it is").
-    return jax.lax.cond(params.temperature > 0, _sampled_law, _greedy_law,
-                        logits.astype(jnp.float32), params)
+    return jax.lax.cond(
+        params.temperature > 0, _sampled_law, _greedy_law, logits.astype(jnp.float32), params
+    )
 
 
 def hold(logits: jax.Array, params: SamplingParams, made) -> jax.Array:
@@ -110,14 +121,20 @@ def hold(logits: jax.Array, params: SamplingParams, made) -> jax.Array:
     """
     made = jnp.broadcast_to(made, logits.shape[:-1])
     per_row = params.min_new.ndim > 0
-    lift = (lambda x: x.reshape(x.shape[:1] + (1,) * (made.ndim - 1) + x.shape[1:])) \
-        if per_row else (lambda x: x)
+    lift = (
+        (lambda x: x.reshape(x.shape[:1] + (1,) * (made.ndim - 1) + x.shape[1:]))
+        if per_row
+        else (lambda x: x)
+    )
     early = made < lift(params.min_new)  # logits.shape[:-1]
     # subtle: a real branch on "any position held" keeps a server's steps, whose rows always
     # carry the (mostly zero) hold, from paying a select over every logit.
     return jax.lax.cond(
-        jnp.any(early), lambda x: jnp.where(early[..., None] & lift(params.held), -jnp.inf, x),
-        lambda x: x, logits)
+        jnp.any(early),
+        lambda x: jnp.where(early[..., None] & lift(params.held), -jnp.inf, x),
+        lambda x: x,
+        logits,
+    )
 
 
 def _rows_law(logits: jax.Array, params: SamplingParams) -> jax.Array:
@@ -130,8 +147,9 @@ def _rows_law(logits: jax.Array, params: SamplingParams) -> jax.Array:
     soften = lambda x: jax.nn.softmax(x / jnp.where(t > 0, t, 1), axis=-1)
     probs = jax.lax.cond(jnp.any(t > 0), soften, lambda x: greedy, logits)
     cut = (k > 0) | (p < 1.0)
-    probs = jnp.where(cut, jax.lax.cond(jnp.any(cut), _truncate, lambda x, *_: x, probs, k, p),
-                      probs)
+    probs = jnp.where(
+        cut, jax.lax.cond(jnp.any(cut), _truncate, lambda x, *_: x, probs, k, p), probs
+    )
     return jnp.where(t > 0, probs, greedy)
 
 

@@ -43,8 +43,9 @@ class Scored(NamedTuple):
 def score(graphdef, params, cfg: ModelConfig, ids: list[int], top: int = 0) -> Scored:
     """Score `ids` (at most the context, at least one token) under the model; see the module."""
     if not 1 <= len(ids) <= cfg.n_ctx:
-        raise UserError(f"A text to score holds 1 to {cfg.n_ctx} tokens (the context); "
-                        f"this one has {len(ids)}.")
+        raise UserError(
+            f"A text to score holds 1 to {cfg.n_ctx} tokens (the context); this one has {len(ids)}."
+        )
     if not 0 <= top <= MOST_TOP:
         raise UserError(f"top must be 0 to {MOST_TOP} alternatives per position, got {top}.")
     n = len(ids)
@@ -52,9 +53,9 @@ def score(graphdef, params, cfg: ModelConfig, ids: list[int], top: int = 0) -> S
     tokens[0, :n] = ids
     chosen, best, best_ids = map(np.asarray, _score(graphdef, params, jnp.asarray(tokens)))
     # Position i is scored by the law after position i − 1; position 0 has none.
-    logprobs = np.concatenate([[np.nan], chosen[:n - 1]]).astype(np.float32)
-    top_ids = np.concatenate([np.zeros((1, top), np.int32), best_ids[:n - 1, :top]])
-    top_lp = np.concatenate([np.full((1, top), np.nan, np.float32), best[:n - 1, :top]])
+    logprobs = np.concatenate([[np.nan], chosen[: n - 1]]).astype(np.float32)
+    top_ids = np.concatenate([np.zeros((1, top), np.int32), best_ids[: n - 1, :top]])
+    top_lp = np.concatenate([np.full((1, top), np.nan, np.float32), best[: n - 1, :top]])
     return Scored(logprobs, top_ids, top_lp)
 
 

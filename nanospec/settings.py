@@ -26,13 +26,16 @@ def check_settings(temperature: float, top_k: int, top_p: float) -> None:
     """The one place sampling settings are validated (the CLI, the demo, the engine and the
     server all call it); raises SettingError."""
     if not temperature >= 0:  # also rejects NaN
-        raise SettingError("temperature", f"temperature must be 0 (greedy) or positive, got "
-                                          f"{temperature}.")
+        raise SettingError(
+            "temperature", f"temperature must be 0 (greedy) or positive, got {temperature}."
+        )
     if temperature == math.inf:
-        raise SettingError("temperature", f"temperature must be a finite number, got "
-                                          f"{temperature}.")
+        raise SettingError(
+            "temperature", f"temperature must be a finite number, got {temperature}."
+        )
     if not 0 <= top_k <= INT32_MAX:
-        raise SettingError("top_k", f"top_k must be 0 (off) or a whole number up to "
-                                    f"{INT32_MAX}, got {top_k}.")
+        raise SettingError(
+            "top_k", f"top_k must be 0 (off) or a whole number up to {INT32_MAX}, got {top_k}."
+        )
     if not 0 < top_p <= 1:
         raise SettingError("top_p", f"top_p must be in (0, 1], got {top_p}.")

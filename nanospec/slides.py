@@ -37,6 +37,7 @@ CROSSOVER = REPO / "docs" / "load" / "throughput-facts.svg"  # `nanospec loadtes
 def pyplot():
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -46,8 +47,10 @@ def pyplot():
 
 def box(ax, x, y, text, color="#dde6f3", w=0.9, h=0.6):
     from matplotlib.patches import FancyBboxPatch
-    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.03",
-                                fc=color, ec="#334"))
+
+    ax.add_patch(
+        FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.03", fc=color, ec="#334")
+    )
     ax.text(x, y, text, ha="center", va="center", fontsize=11)
 
 
@@ -69,8 +72,14 @@ def verify_block(ax, gamma: int = 4):
     box(ax, gamma + 1.2, 2, "bonus", color="#d8f0dc", w=1.1)
     arrow(ax, (gamma + 0.45, 2), (gamma + 0.65, 2), color="#1a7f37")
     ax.text(gamma / 2, 3, "one target pass: γ + 1 laws for γ drafts", ha="center", fontsize=12)
-    ax.text(gamma / 2, -1, "green: p_i judges x_i by min(1, p_i(x_i) / q_i(x_i)); if all γ pass, "
-            "p_{γ+1} gives a free bonus token", ha="center", fontsize=9)
+    ax.text(
+        gamma / 2,
+        -1,
+        "green: p_i judges x_i by min(1, p_i(x_i) / q_i(x_i)); if all γ pass, "
+        "p_{γ+1} gives a free bonus token",
+        ha="center",
+        fontsize=9,
+    )
     ax.set(xlim=(-0.8, gamma + 2), ylim=(-1.4, 3.4))
     ax.axis("off")
 
@@ -80,6 +89,7 @@ def residual(ax):
     import jax.numpy as jnp
 
     from nanospec.verify import residual as residual_of
+
     p = np.array([0.40, 0.25, 0.20, 0.10, 0.05])
     q = np.array([0.10, 0.45, 0.05, 0.30, 0.10])
     r = np.asarray(residual_of(jnp.asarray(p), jnp.asarray(q)))
@@ -87,8 +97,12 @@ def residual(ax):
     ax.bar(x - 0.27, p, 0.27, label="target p")
     ax.bar(x, q, 0.27, label="draft q")
     ax.bar(x + 0.27, r, 0.27, label="residual norm(max(0, p − q))")
-    ax.set(xlabel="token", ylabel="probability", xticks=x,
-           title=f"after a rejection (chance 1 − Σ min(p, q) = {1 - np.minimum(p, q).sum():.2f})")
+    ax.set(
+        xlabel="token",
+        ylabel="probability",
+        xticks=x,
+        title=f"after a rejection (chance 1 − Σ min(p, q) = {1 - np.minimum(p, q).sum():.2f})",
+    )
     ax.legend(fontsize="small")
 
 
@@ -96,6 +110,7 @@ def tree_mask(axes, widths=(2, 2)):
     """The tree (left) and its ancestor mask (right): node i attends to node j iff j is i or
     one of its ancestors, so siblings never see each other."""
     from nanospec.trees.tree import Tree
+
     tree = Tree.from_branching(widths)
     depth, parents = tree.depth, tree.parents
     left, right = axes
@@ -113,8 +128,13 @@ def tree_mask(axes, widths=(2, 2)):
     left.set_title(f"a token tree (branching {widths}); node 0: the last token")
     left.axis("off")
     right.imshow(tree.ancestor_mask, cmap="Greens", vmin=0, vmax=1.4)
-    right.set(title="attention mask: row i sees column j", xlabel="j", ylabel="i",
-              xticks=range(tree.size), yticks=range(tree.size))
+    right.set(
+        title="attention mask: row i sees column j",
+        xlabel="j",
+        ylabel="i",
+        xticks=range(tree.size),
+        yticks=range(tree.size),
+    )
 
 
 def eagle_pairs(ax, n: int = 5):
@@ -129,8 +149,14 @@ def eagle_pairs(ax, n: int = 5):
         arrow(ax, (i, 1.7), (i + 0.45, 2.7), color="#1a7f37")
         arrow(ax, (i + 1, 0.3), (i + 0.55, 2.7), color="#1a7f37")
         ax.text(i + 0.5, 3.55, f"→ f̂{i + 2}", ha="center", fontsize=9)
-    ax.text((n - 1) / 2, -0.9, "tokens t (bottom), the target's features f (middle), EAGLE's "
-            "input pairs (top): feature at i, token at i + 1", ha="center", fontsize=9)
+    ax.text(
+        (n - 1) / 2,
+        -0.9,
+        "tokens t (bottom), the target's features f (middle), EAGLE's "
+        "input pairs (top): feature at i, token at i + 1",
+        ha="center",
+        fontsize=9,
+    )
     ax.set(xlim=(-0.8, n - 0.2), ylim=(-1.3, 4.0))
     ax.axis("off")
 
@@ -139,16 +165,25 @@ def best_gamma(ax, c: float = 0.1, slope: float = 0.12, alphas=(0.6, 0.8, 0.9)):
     """Predicted speedup E(α, γ) / (γ·c + r(γ + 1)) against γ, with r(n) = 1 + slope·(n − 1)
     (a pass over n tokens, in one-token passes; lesson 09 measures c and r on the machine)."""
     from nanospec.serving.adaptive import expected_tokens
+
     gammas = np.arange(1, 17)
     for alpha in alphas:
         s = np.array([expected_tokens(alpha, g) / (g * c + 1 + slope * g) for g in gammas])
         ax.plot(gammas, s, marker="o", ms=3, label=f"α = {alpha}")
         best = int(gammas[s.argmax()])
-        ax.annotate(f"best γ = {best}", (best, s.max()), textcoords="offset points",
-                    xytext=(4, 6), fontsize=8)
+        ax.annotate(
+            f"best γ = {best}",
+            (best, s.max()),
+            textcoords="offset points",
+            xytext=(4, 6),
+            fontsize=8,
+        )
     ax.axhline(1, color="grey", linestyle="--")
-    ax.set(xlabel="γ (drafts per round)", ylabel="predicted speedup",
-           title=f"the cost model: c = {c}, r(n) = 1 + {slope}(n − 1)")
+    ax.set(
+        xlabel="γ (drafts per round)",
+        ylabel="predicted speedup",
+        title=f"the cost model: c = {c}, r(n) = 1 + {slope}(n − 1)",
+    )
     ax.legend(fontsize="small")
 
 
@@ -164,11 +199,13 @@ def make_all(out: Path) -> list[Path]:
     plt = pyplot()
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, draw, size, cols in (("verify_block", verify_block, (7.5, 3.6), 1),
-                                   ("residual", residual, (6.4, 3.6), 1),
-                                   ("tree_mask", tree_mask, (9.0, 3.8), 2),
-                                   ("eagle_pairs", eagle_pairs, (7.5, 3.6), 1),
-                                   ("best_gamma", best_gamma, (6.4, 3.6), 1)):
+    for name, draw, size, cols in (
+        ("verify_block", verify_block, (7.5, 3.6), 1),
+        ("residual", residual, (6.4, 3.6), 1),
+        ("tree_mask", tree_mask, (9.0, 3.8), 2),
+        ("eagle_pairs", eagle_pairs, (7.5, 3.6), 1),
+        ("best_gamma", best_gamma, (6.4, 3.6), 1),
+    ):
         fig, ax = plt.subplots(1, cols, figsize=size, layout="constrained")
         draw(ax)
         written.append(out / f"{name}.svg")
@@ -181,10 +218,15 @@ def make_all(out: Path) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nanospec.slides", description=__doc__
-                                     .splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO / "runs" / "figures",
-                        help="the folder to write the SVGs into (default runs/figures)")
+    parser = argparse.ArgumentParser(
+        prog="python -m nanospec.slides", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "runs" / "figures",
+        help="the folder to write the SVGs into (default runs/figures)",
+    )
     args = parser.parse_args(argv)
     try:
         for path in make_all(args.out):

@@ -135,8 +135,10 @@ def check_room(cfg: ModelConfig, lengths, max_new: int, depth: int) -> None:
         raise UserError(f"max_new_tokens must be at least 1, got {max_new}.")
     longest = int(np.max(np.asarray(lengths)))
     if longest >= cfg.n_ctx:
-        raise UserError(f"The prompt is {longest} tokens long but the model's context holds "
-                        f"{cfg.n_ctx}, leaving no room to generate; shorten it.")
+        raise UserError(
+            f"The prompt is {longest} tokens long but the model's context holds "
+            f"{cfg.n_ctx}, leaving no room to generate; shorten it."
+        )
 
 
 def exact_rule(key, proposal: Proposal, p, n_draft) -> Verdict:
@@ -160,23 +162,44 @@ class ChainJudge:
         last = take_rows(state.seq, state.length - 1, 1)  # (B, 1)
         block = jnp.concatenate([last, proposal.drafts], axis=1)  # (B, γ+1)
         positions = (state.length - 1)[:, None] + jnp.arange(width)  # (B, γ+1)
-        logits, hidden, cache = target_pass(loop.graphdef, params, block, positions, state.cache,
-                                            n_draft, live, loop.drafter.varies_length)
+        logits, hidden, cache = target_pass(
+            loop.graphdef,
+            params,
+            block,
+            positions,
+            state.cache,
+            n_draft,
+            live,
+            loop.drafter.varies_length,
+        )
         made = state.n_new[:, None] + jnp.arange(width)  # tokens before each p
         p = sampling_probs(logits, sp, made)  # (B, γ+1, V)
         verdict = self.rule(key, proposal, p, n_draft)
         return Judged(p, verdict, proposal.drafts, hidden, cache, n_draft)
 
-    def record(self, loop, state: SpecState, proposal: Proposal, j: Judged, emitted,
-               n_emit) -> StepTrace:
+    def record(
+        self, loop, state: SpecState, proposal: Proposal, j: Judged, emitted, n_emit
+    ) -> StepTrace:
         """The round as a StepTrace (XLA drops it in the fused loop, where nothing reads it)."""
         v, p, B, G = j.verdict, j.p, emitted.shape[0], proposal.drafts.shape[1]
         q_token = proposal.q[jnp.arange(B), jnp.minimum(v.n_accepted, G - 1), v.token]
         live = ~state.done
-        return StepTrace(live, state.length, proposal.drafts, j.n_draft, v, n_emit, emitted,
-                         top_tokens(proposal.q), top_tokens(p), top_tokens(v.extra_probs),
-                         prob_of(v.extra_probs, v.token), p[jnp.arange(B), v.n_accepted, v.token],
-                         jnp.where(v.is_bonus, 0.0, q_token), live & proposal.cached)
+        return StepTrace(
+            live,
+            state.length,
+            proposal.drafts,
+            j.n_draft,
+            v,
+            n_emit,
+            emitted,
+            top_tokens(proposal.q),
+            top_tokens(p),
+            top_tokens(v.extra_probs),
+            prob_of(v.extra_probs, v.token),
+            p[jnp.arange(B), v.n_accepted, v.token],
+            jnp.where(v.is_bonus, 0.0, q_token),
+            live & proposal.cached,
+        )
 
     def events(self, loop, trace: StepTrace, tok, round_idx: int, seconds) -> list[dict]:
         return events_from_step(trace, tok, round_idx, seconds)
@@ -234,20 +257,32 @@ class Speculation(Loop):
     def prefill(self, params, dparams, tokens, lengths, key) -> SpecState:
         """Cache the prompt in target and proposer; the last prompt token waits for round 1."""
         B = tokens.shape[0]
-        _, hidden, cache, seq = prefill_target(self.graphdef, params, self.cfg, tokens, self.cache_size)
+        _, hidden, cache, seq = prefill_target(
+            self.graphdef, params, self.cfg, tokens, self.cache_size
+        )
         dstate = self.proposer.init(dparams, tokens, lengths, hidden, self.cache_size)
-        return SpecState(seq, lengths, rollback(cache, lengths - 1), dstate,
-                         jnp.zeros(B, jnp.int32), jnp.zeros(B, bool), jnp.int32(0), key)
+        return SpecState(
+            seq,
+            lengths,
+            rollback(cache, lengths - 1),
+            dstate,
+            jnp.zeros(B, jnp.int32),
+            jnp.zeros(B, bool),
+            jnp.int32(0),
+            key,
+        )
 
     def draft(self, dparams, state: SpecState, sp: SamplingParams):
         """Step 1: the proposer drafts, with this round's draft key (rounds.round_keys)."""
         key, _ = round_keys(state.key, state.step)
-        proposal, dstate = self.proposer.propose(dparams, state.dstate, state.seq, state.length,
-                                                 key, sp)
+        proposal, dstate = self.proposer.propose(
+            dparams, state.dstate, state.seq, state.length, key, sp
+        )
         return proposal, state._replace(dstate=dstate)
 
-    def judge_and_commit(self, params, dparams, state: SpecState, proposal, sp: SamplingParams,
-                         max_new):
+    def judge_and_commit(
+        self, params, dparams, state: SpecState, proposal, sp: SamplingParams, max_new
+    ):
         """Steps 2–5 and the commit: the judge's ONE target pass and verify rule, then the
         accepted drafts and the recovered or bonus token appended, and the proposer told."""
         _, key = round_keys(state.key, state.step)
@@ -256,8 +291,9 @@ class Speculation(Loop):
         emitted = jnp.concatenate([j.drafts, jnp.zeros((B, 1), jnp.int32)], axis=1)
         emitted = emitted.at[jnp.arange(B), v.n_accepted].set(v.token)  # [x₁..x_n, token]
         new, n_emit = self.commit(state, j.cache, v.n_accepted, emitted, max_new)
-        dstate = self.proposer.update(dparams, state.dstate, j.hidden, emitted, state.length - 1,
-                                      new.length)
+        dstate = self.proposer.update(
+            dparams, state.dstate, j.hidden, emitted, state.length - 1, new.length
+        )
         trace = self.judge.record(self, state, proposal, j, emitted, n_emit)
         return new._replace(dstate=dstate), trace
 
@@ -297,17 +333,17 @@ class Speculation(Loop):
         n_new = state.n_new + n_emit
         done = state.done | (live & (hit_eos | (n_new >= max_new) | (length >= self.cfg.n_ctx)))
         cache = rollback(cache, jnp.where(live, length - 1, state.cache.length))
-        return state._replace(seq=seq, length=length, cache=cache, n_new=n_new, done=done,
-                              step=state.step + 1), n_emit
-
+        return state._replace(
+            seq=seq, length=length, cache=cache, n_new=n_new, done=done, step=state.step + 1
+        ), n_emit
 
 
 @dataclass(frozen=True, kw_only=True)
 class Speculator(Speculation):
     """Chain speculation: γ drafts in a row, verified in one pass over γ+1 tokens.
 
-        spec = Speculator(graphdef=g, cfg=cfg, drafter=DraftModel(dg, dcfg), gamma=4, eos_id=eos)
-        state, stats = spec.run(params, dparams, tokens, lengths, key, sp, max_new=32)
+    spec = Speculator(graphdef=g, cfg=cfg, drafter=DraftModel(dg, dcfg), gamma=4, eos_id=eos)
+    state, stats = spec.run(params, dparams, tokens, lengths, key, sp, max_new=32)
     """
 
     gamma: int

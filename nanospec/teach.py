@@ -59,6 +59,7 @@ jax.config.update("jax_default_matmul_precision", "highest")
 def shipped(*names: str):
     """The shipped tokenizer and models (decode.Bundle): "target", "draft", or a head."""
     from nanospec.decode import Bundle
+
     return Bundle.load(SHIPPED, names or ("target", "draft"))
 
 
@@ -121,6 +122,7 @@ def figure(name: str, draw) -> None:
         return
     try:
         import matplotlib
+
         if not inline:
             matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -133,10 +135,12 @@ def figure(name: str, draw) -> None:
     draw(ax)
     if inline:
         from IPython.display import display
+
         display(fig)
         plt.close(fig)
         return
     from nanospec.fileio import atomic_write
+
     buf = io.StringIO()
     fig.savefig(buf, format="svg")
     plt.close(fig)
@@ -154,8 +158,9 @@ def run_lesson(path: Path, flags: list[str], env: dict | None = None) -> tuple[f
     """Run one lesson as its own process, exactly as a learner would: (seconds, exit status)."""
     console.rule(path.name)
     start = time.perf_counter()
-    code = subprocess.run([sys.executable, str(path), *flags], cwd=REPO, env=env,
-                          check=False).returncode
+    code = subprocess.run(
+        [sys.executable, str(path), *flags], cwd=REPO, env=env, check=False
+    ).returncode
     return time.perf_counter() - start, code
 
 
@@ -164,6 +169,7 @@ def run_all(flags: list[str]) -> int:
     how long each took. A lesson that fails does not stop the rest: every failure is listed
     at the end, and the status is then 1."""
     from nanospec.fileio import atomic_write
+
     seconds, failed = {}, []
     for path in lesson_files():
         s, code = run_lesson(path, flags)
@@ -171,22 +177,30 @@ def run_all(flags: list[str]) -> int:
         if code != 0:
             console.print(f"[red]✗ {path.name} failed (exit status {code}); going on.[/]")
             failed.append(path.name)
-    table("lessons, wall time on this machine", ["lesson", "seconds", "", "ok"],
-          [[name, f"{s:.1f}", bar(s, 45, 30), "✗" if name in failed else "✓"]
-           for name, s in seconds.items()])
+    table(
+        "lessons, wall time on this machine",
+        ["lesson", "seconds", "", "ok"],
+        [
+            [name, f"{s:.1f}", bar(s, 45, 30), "✗" if name in failed else "✓"]
+            for name, s in seconds.items()
+        ],
+    )
     FIGURES.mkdir(parents=True, exist_ok=True)
     atomic_write(FIGURES / "timings.json", json.dumps(seconds, indent=1) + "\n")
     if failed:
-        console.print(f"[red]{len(failed)} of {len(seconds)} lessons failed: "
-                      f"{', '.join(failed)}.[/]")
+        console.print(
+            f"[red]{len(failed)} of {len(seconds)} lessons failed: {', '.join(failed)}.[/]"
+        )
         return 1
     return 0
 
 
 # A number as a lesson prints it: 3, 0.93, -3, −3, .644, 1e-3, 20,000 (a × or % after it stays
 # text, and 3/4 is two numbers). Not the digits of a name (float32, x2): the look-behind.
-NUMBER = re.compile(r"(?<![\w.])[-−]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+(?:\.\d+)?|\.\d+)"
-                    r"(?:e[-+]?\d+)?")
+NUMBER = re.compile(
+    r"(?<![\w.])[-−]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+(?:\.\d+)?|\.\d+)"
+    r"(?:e[-+]?\d+)?"
+)
 
 
 def template(sentence: str) -> tuple[tuple[str, ...], list[str]]:
@@ -207,8 +221,9 @@ def group_claims(runs: list[list[dict]]) -> dict[str, dict]:
             parts, numbers = template(c["sentence"])
             k = seen[c["lesson"], parts]
             seen[c["lesson"], parts] += 1
-            row = grouped[c["lesson"]].setdefault((parts, k), {"numbers": [], "held": 0,
-                                                               "failed": 0})
+            row = grouped[c["lesson"]].setdefault(
+                (parts, k), {"numbers": [], "held": 0, "failed": 0}
+            )
             row["numbers"].append(numbers)
             row["held" if c["ok"] else "failed"] += 1
     return grouped
@@ -228,19 +243,22 @@ def markdown_escape(text: str) -> str:
     return re.sub(r"([\\`*_|\[\]]|<(?=[\w/!?]))", r"\\\1", text)
 
 
-def spread_rows(runs: list[list[dict]], seconds: dict[str, list[float]],
-                stopped: dict[str, int]) -> list[str]:
+def spread_rows(
+    runs: list[list[dict]], seconds: dict[str, list[float]], stopped: dict[str, int]
+) -> list[str]:
     """The markdown table: per lesson its wall time (least–most seconds), then each claim with
     its numbers as ranges over the runs (bold where the runs differed) and how often it held."""
     n, grouped = len(runs), group_claims(runs)
-    rows = ["| lesson | seconds | claim (**bold**: differed between runs) | held |",
-            "|---|---:|---|---:|"]
+    rows = [
+        "| lesson | seconds | claim (**bold**: differed between runs) | held |",
+        "|---|---:|---|---:|",
+    ]
     for lesson, times in seconds.items():
         cells = []  # (claim, held)
         for (parts, _), row in grouped.get(lesson, {}).items():
             text = markdown_escape(parts[0])
             for slot, after in zip(zip(*row["numbers"]), parts[1:]):  # a number over the runs
-                text += (f"**{span(slot)}**" if len(set(slot)) > 1 else slot[0])
+                text += f"**{span(slot)}**" if len(set(slot)) > 1 else slot[0]
                 text += markdown_escape(after)
             failed = f", ✗ {row['failed']}" if row["failed"] else ""
             cells.append((text, f"{row['held']}/{n}{failed}"))
@@ -262,12 +280,13 @@ def machine() -> str:
     """This machine in a few words: cores, the CPU's model, and the software that matters."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f
-                       if line.startswith("model name"))
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         cpu = platform.processor() or platform.machine()
-    return (f"{cores()} cores ({cpu}), {platform.system()}, Python "
-            f"{platform.python_version()}, jax {jax.__version__}")
+    return (
+        f"{cores()} cores ({cpu}), {platform.system()}, Python "
+        f"{platform.python_version()}, jax {jax.__version__}"
+    )
 
 
 def run_spread(n: int, out: Path, flags: list[str]) -> int:
@@ -276,6 +295,7 @@ def run_spread(n: int, out: Path, flags: list[str]) -> int:
     claims printed to `out` as a markdown table. The status is 1 if any run of any lesson
     failed; the table is written either way, with the failures in it."""
     from nanospec.fileio import atomic_write
+
     runs, seconds, stopped, load = [], defaultdict(list), defaultdict(int), [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(n):
@@ -291,19 +311,24 @@ def run_spread(n: int, out: Path, flags: list[str]) -> int:
     header = [
         "# What each lesson prints, and how much it varies",
         "",
-        (f"Every lesson run {n} times on {date.today():%Y-%m-%d}: {machine()}. Written by "
-         f"`python -m nanospec.teach --spread {n} --out {shown}`: run it again to refresh it."),
+        (
+            f"Every lesson run {n} times on {date.today():%Y-%m-%d}: {machine()}. Written by "
+            f"`python -m nanospec.teach --spread {n} --out {shown}`: run it again to refresh it."
+        ),
         "",
-        ("Each row is a sentence a lesson checks with `claim`, its numbers shown as their range "
-         "over the runs: **bold** where the runs differed, plain where every run printed the "
-         "same (the lessons fix their seeds, so what they compute is the same each run; what "
-         "they time is not). *held*: the runs in which the claim held (✗: the runs in which it "
-         "failed). *seconds*: the lesson's wall time, least–most. Times, and every number "
-         "computed from a clock, depend on the machine and on what else it was doing: the "
-         f"one-minute load average was {min(load):.1f}–{max(load):.1f} while these ran, on "
-         f"{cores()} cores (a load near or above the core count means the lessons shared the "
-         "machine)."),
-        ""]
+        (
+            "Each row is a sentence a lesson checks with `claim`, its numbers shown as their range "
+            "over the runs: **bold** where the runs differed, plain where every run printed the "
+            "same (the lessons fix their seeds, so what they compute is the same each run; what "
+            "they time is not). *held*: the runs in which the claim held (✗: the runs in which it "
+            "failed). *seconds*: the lesson's wall time, least–most. Times, and every number "
+            "computed from a clock, depend on the machine and on what else it was doing: the "
+            f"one-minute load average was {min(load):.1f}–{max(load):.1f} while these ran, on "
+            f"{cores()} cores (a load near or above the core count means the lessons shared the "
+            "machine)."
+        ),
+        "",
+    ]
     atomic_write(out, "\n".join(header + spread_rows(runs, seconds, stopped)) + "\n")
     console.print(f"written: {shown}")
     return 1 if any(stopped.values()) else 0
@@ -314,11 +339,17 @@ def main(argv: list[str]) -> int:
     times, for the table of what they print. Other options go to every lesson."""
     from nanospec.errors import UserError
     from nanospec.fileio import check_output
+
     parser = argparse.ArgumentParser(prog="python -m nanospec.teach", description=main.__doc__)
-    parser.add_argument("--spread", type=int, metavar="N",
-                        help="run every lesson N times and write the table of their numbers")
-    parser.add_argument("--out", help="where --spread writes its table "
-                        "(default: lessons/NUMBERS.md)")
+    parser.add_argument(
+        "--spread",
+        type=int,
+        metavar="N",
+        help="run every lesson N times and write the table of their numbers",
+    )
+    parser.add_argument(
+        "--out", help="where --spread writes its table (default: lessons/NUMBERS.md)"
+    )
     args, flags = parser.parse_known_args(argv)
     if args.spread is None:
         if args.out:

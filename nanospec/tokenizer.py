@@ -180,8 +180,13 @@ class Tokenizer:
     # ---------------------------------------------------------------- save / load
 
     def save(self, path: str | Path) -> None:
-        doc = {"format": "nanospec-bpe", "version": 1, "pattern": SPLIT_PATTERN,
-               "special": {EOS_TEXT: EOS_ID}, "merges": [list(p) for p in self.merges]}
+        doc = {
+            "format": "nanospec-bpe",
+            "version": 1,
+            "pattern": SPLIT_PATTERN,
+            "special": {EOS_TEXT: EOS_ID},
+            "merges": [list(p) for p in self.merges],
+        }
         atomic_write(path, json.dumps(doc, separators=(",", ":")))
 
     @classmethod
@@ -191,12 +196,17 @@ class Tokenizer:
             raise UserError(f"Tokenizer file not found: {path}.")
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(doc, dict) or doc.get("format") != "nanospec-bpe" or doc.get("version") != 1:
+            if (
+                not isinstance(doc, dict)
+                or doc.get("format") != "nanospec-bpe"
+                or doc.get("version") != 1
+            ):
                 raise ValueError("unknown format")
             merges = [tuple(p) for p in doc["merges"]]
             for i, pair in enumerate(merges):  # each merge may only use ids that exist before it
-                if len(pair) != 2 or not all(type(t) is int and 0 <= t < FIRST_MERGE_ID + i and t != EOS_ID
-                                             for t in pair):
+                if len(pair) != 2 or not all(
+                    type(t) is int and 0 <= t < FIRST_MERGE_ID + i and t != EOS_ID for t in pair
+                ):
                     raise ValueError(f"merge {i} is {list(pair)}")
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
             raise UserError(f"{path} is not a valid nanospec tokenizer file ({e}).") from None

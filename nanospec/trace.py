@@ -59,15 +59,41 @@ READS = (1, 2)  # schemas read_jsonl accepts
 
 
 def top_list(tok, ids, probs) -> list:
-    return [[int(i), tok.token_str(int(i)), round(float(p), 6)] for i, p in zip(ids, probs) if p > 0]
+    return [
+        [int(i), tok.token_str(int(i)), round(float(p), 6)] for i, p in zip(ids, probs) if p > 0
+    ]
 
 
-def run_start(tok, prompt: str, prompt_ids: list[int], method: str, gamma: int, temperature: float,
-              top_k: int, top_p: float, seed: int, target: str, drafter: str, batch: int = 1) -> dict:
-    return {"schema": SCHEMA, "type": "run_start", "prompt": prompt, "prompt_tokens": prompt_ids,
-            "prompt_token_text": [tok.token_str(t) for t in prompt_ids], "method": method,
-            "gamma": gamma, "temperature": temperature, "top_k": top_k, "top_p": top_p,
-            "seed": seed, "target": target, "drafter": drafter, "batch": batch}
+def run_start(
+    tok,
+    prompt: str,
+    prompt_ids: list[int],
+    method: str,
+    gamma: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    seed: int,
+    target: str,
+    drafter: str,
+    batch: int = 1,
+) -> dict:
+    return {
+        "schema": SCHEMA,
+        "type": "run_start",
+        "prompt": prompt,
+        "prompt_tokens": prompt_ids,
+        "prompt_token_text": [tok.token_str(t) for t in prompt_ids],
+        "method": method,
+        "gamma": gamma,
+        "temperature": temperature,
+        "top_k": top_k,
+        "top_p": top_p,
+        "seed": seed,
+        "target": target,
+        "drafter": drafter,
+        "batch": batch,
+    }
 
 
 def events_from_step(trace, tok, round_idx: int, timings: dict | None = None) -> list[dict]:
@@ -87,36 +113,80 @@ def events_from_step(trace, tok, round_idx: int, timings: dict | None = None) ->
         gamma = int(t["n_draft"][b])  # drafts proposed this round (prompt lookup: 0 or γ)
         for i in range(gamma):
             x = int(t["drafts"][b, i])
-            events.append({**head, "type": "draft", "index": i + 1, "position": start + i, "token": x,
-                           "text": tok.token_str(x), "q": float(v["q_x"][b, i]),
-                           "q_top": top_list(tok, t["q_top"][0][b, i], t["q_top"][1][b, i])})
-        events.append({**head, "type": "verify", "p": [float(x) for x in v["p_x"][b, :gamma]],
-                       "p_top": [top_list(tok, t["p_top"][0][b, j], t["p_top"][1][b, j])
-                                 for j in range(gamma + 1)]})
+            events.append(
+                {
+                    **head,
+                    "type": "draft",
+                    "index": i + 1,
+                    "position": start + i,
+                    "token": x,
+                    "text": tok.token_str(x),
+                    "q": float(v["q_x"][b, i]),
+                    "q_top": top_list(tok, t["q_top"][0][b, i], t["q_top"][1][b, i]),
+                }
+            )
+        events.append(
+            {
+                **head,
+                "type": "verify",
+                "p": [float(x) for x in v["p_x"][b, :gamma]],
+                "p_top": [
+                    top_list(tok, t["p_top"][0][b, j], t["p_top"][1][b, j])
+                    for j in range(gamma + 1)
+                ],
+            }
+        )
         for i in range(gamma):
             x = int(t["drafts"][b, i])
-            base = {**head, "index": i + 1, "position": start + i, "token": x, "text": tok.token_str(x)}
+            base = {
+                **head,
+                "index": i + 1,
+                "position": start + i,
+                "token": x,
+                "text": tok.token_str(x),
+            }
             if i > n:
                 events.append({**base, "type": "discard"})
                 continue
             p, q, u = float(v["p_x"][b, i]), float(v["q_x"][b, i]), float(v["u"][b, i])
-            events.append({**base, "type": "accept" if i < n else "reject", "p": p, "q": q, "u": u,
-                           "ratio": p / q if q > 0 else float("inf")})
+            events.append(
+                {
+                    **base,
+                    "type": "accept" if i < n else "reject",
+                    "p": p,
+                    "q": q,
+                    "u": u,
+                    "ratio": p / q if q > 0 else float("inf"),
+                }
+            )
         y = int(v["token"][b])
         extra = {**head, "position": start + n, "token": y, "text": tok.token_str(y)}
         if v["is_bonus"][b]:
             extra.update(type="bonus", p=float(t["token_prob"][b]))
         else:
-            extra.update(type="resample", residual=float(t["token_prob"][b]),
-                         p=float(t["token_p"][b]), q=float(t["token_q"][b]))
+            extra.update(
+                type="resample",
+                residual=float(t["token_prob"][b]),
+                p=float(t["token_p"][b]),
+                q=float(t["token_q"][b]),
+            )
         extra["top"] = top_list(tok, t["extra_top"][0][b], t["extra_top"][1][b])
         events.append(extra)
         k = int(t["n_emitted"][b])
         emitted = [int(x) for x in t["emitted"][b, :k]]
-        events.append({**head, "type": "round_end", "accepted": n, "drafted": gamma,
-                       "emitted": emitted, "emitted_text": tok.decode(emitted),
-                       "length": start + k, "draft_ms": 1e3 * timings.get("draft_s", 0.0),
-                       "verify_ms": 1e3 * timings.get("verify_s", 0.0)})
+        events.append(
+            {
+                **head,
+                "type": "round_end",
+                "accepted": n,
+                "drafted": gamma,
+                "emitted": emitted,
+                "emitted_text": tok.decode(emitted),
+                "length": start + k,
+                "draft_ms": 1e3 * timings.get("draft_s", 0.0),
+                "verify_ms": 1e3 * timings.get("verify_s", 0.0),
+            }
+        )
     return events
 
 
@@ -166,8 +236,9 @@ def metrics(hist: list[int], generated: int, drafted: int | None = None) -> dict
         "generated_tokens": generated,
         "acceptance_rate": accepted / drafted if drafted else 0.0,
         "mean_acceptance_length": 1 + accepted / rounds if rounds else 0.0,
-        "per_position_acceptance": [sum(hist[i + 1:]) / rounds if rounds else 0.0
-                                    for i in range(gamma)],
+        "per_position_acceptance": [
+            sum(hist[i + 1 :]) / rounds if rounds else 0.0 for i in range(gamma)
+        ],
         "acceptance_histogram": list(hist),
         "tokens_per_target_call": generated / rounds if rounds else 0.0,
         "target_calls_saved": generated - rounds,
@@ -178,15 +249,22 @@ def summarize(events: Iterable[dict]) -> dict:
     """Every metric of a run, computed once from its events."""
     events = list(events)
     ends = [e for e in events if e.get("type") == "round_end"]
-    gamma = max([e["drafted"] for e in ends] + [e["gamma"] for e in events if e.get("type") == "run_start"],
-                default=0)
+    gamma = max(
+        [e["drafted"] for e in ends] + [e["gamma"] for e in events if e.get("type") == "run_start"],
+        default=0,
+    )
     hist = [0] * (gamma + 1)
     for e in ends:
         hist[e["accepted"]] += 1
-    summary = {**metrics(hist, generated=sum(len(e["emitted"]) for e in ends),
-                         drafted=sum(e["drafted"] for e in ends)),
-               "draft_ms": sum(e["draft_ms"] for e in ends),
-               "verify_ms": sum(e["verify_ms"] for e in ends)}
+    summary = {
+        **metrics(
+            hist,
+            generated=sum(len(e["emitted"]) for e in ends),
+            drafted=sum(e["drafted"] for e in ends),
+        ),
+        "draft_ms": sum(e["draft_ms"] for e in ends),
+        "verify_ms": sum(e["verify_ms"] for e in ends),
+    }
     cache = [e["hit"] for e in events if e.get("type") == "ssd" and e["round"] > 0]
     if cache:  # SSD: the share of rounds whose drafts were ready in the cache, each row's
         summary["cache_hit_rate"] = sum(cache) / len(cache)  # first (no cache yet) left out
@@ -209,8 +287,10 @@ def read_jsonl(path: str | Path) -> list[dict]:
     """Read a trace; a missing file, a broken line or another schema is one clear UserError."""
     path = Path(path)
     if path.is_dir():
-        raise UserError(f"{path} is a folder; give a trace file (.jsonl) written by "
-                        f"`nanospec generate --trace` or the demo's w key.")
+        raise UserError(
+            f"{path} is a folder; give a trace file (.jsonl) written by "
+            f"`nanospec generate --trace` or the demo's w key."
+        )
     if not path.is_file():
         raise UserError(f"Trace file not found: {path}.")
     events = []
@@ -222,8 +302,10 @@ def read_jsonl(path: str | Path) -> list[dict]:
         except ValueError:
             raise UserError(f"{path} line {n} is not valid JSON (truncated trace?).") from None
         if not isinstance(e, dict) or e.get("schema") not in READS:
-            raise UserError(f"{path} line {n} has schema {e.get('schema') if isinstance(e, dict) else None}"
-                            f"; this nanospec reads schemas {' and '.join(map(str, READS))}.")
+            raise UserError(
+                f"{path} line {n} has schema {e.get('schema') if isinstance(e, dict) else None}"
+                f"; this nanospec reads schemas {' and '.join(map(str, READS))}."
+            )
         events.append(_upgrade(e))
     if not events or events[0].get("type") != "run_start":
         raise UserError(f"{path} does not start with a run_start event; is it a nanospec trace?")

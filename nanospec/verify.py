@@ -74,8 +74,9 @@ def leading_run(accepted: jax.Array) -> jax.Array:
     return jnp.sum(jnp.cumprod(accepted.astype(jnp.int32), axis=-1), axis=-1)
 
 
-def verify_row(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
-               n_draft: jax.Array | None = None) -> Verdict:
+def verify_row(
+    key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array, n_draft: jax.Array | None = None
+) -> Verdict:
     """Run the verify rule on one round of one row.
 
     drafts (γ,) int32; q (γ, V) the draft's laws; p (γ+1, V) the target's laws. `n_draft` ()
@@ -102,8 +103,9 @@ def verify_row(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
     return Verdict(n, accepted, token, is_bonus, u, p_x, q_x, extra_probs)
 
 
-def verify(key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array,
-           n_draft: jax.Array | None = None) -> Verdict:
+def verify(
+    key: jax.Array, drafts: jax.Array, q: jax.Array, p: jax.Array, n_draft: jax.Array | None = None
+) -> Verdict:
     """`verify_row` for a batch: drafts (B, γ), q (B, γ, V), p (B, γ+1, V), n_draft (B,).
 
     Row b uses fold_in(key, b), so its verdict does not depend on the rest of the batch.

@@ -84,9 +84,12 @@ def missing() -> list[str]:
     __init__.py aside: the map lists the package)."""
     text = (ROOT / "docs/design.md").read_text(encoding="utf-8")
     listed = set(re.findall(r"^  (\S+\.py)\s", text, flags=re.M))
-    return [str(p.relative_to(ROOT)) for base in ("nanospec", "viz")
-            for p in sorted((ROOT / base).rglob("*.py"))
-            if p.name != "__init__.py" and str(p.relative_to(ROOT / base)) not in listed]
+    return [
+        str(p.relative_to(ROOT))
+        for base in ("nanospec", "viz")
+        for p in sorted((ROOT / base).rglob("*.py"))
+        if p.name != "__init__.py" and str(p.relative_to(ROOT / base)) not in listed
+    ]
 
 
 def main() -> int:

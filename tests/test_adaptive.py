@@ -39,8 +39,10 @@ class Scripted(Policy):
 
 def counted(accepted: int, rejected: int) -> Acceptance:
     a = Acceptance(decay=1.0)
-    a.add([Output(0, [], False, 4, 4)] * (accepted // 4 - rejected)
-          + [Output(0, [], False, 4, 0)] * rejected)
+    a.add(
+        [Output(0, [], False, 4, 4)] * (accepted // 4 - rejected)
+        + [Output(0, [], False, 4, 0)] * rejected
+    )
     return a
 
 
@@ -137,8 +139,10 @@ def test_the_time_between_steps_is_a_cost_every_gamma_pays():
     assert policy.choose(8, a) == 0
     for gap in (2.0, 2.0, 50.0):  # one long gap (requests admitted) does not move the median
         policy.between(gap)
-    assert policy.overhead == 2.0 and Goodput(gammas=(0, 4), costs={0: 1.0, 4: 2.5},
-                                              overhead=2.0, last=0).choose(8, a) == 4
+    assert (
+        policy.overhead == 2.0
+        and Goodput(gammas=(0, 4), costs={0: 1.0, 4: 2.5}, overhead=2.0, last=0).choose(8, a) == 4
+    )
 
 
 def test_the_other_policies():
@@ -148,8 +152,9 @@ def test_the_other_policies():
 
 def test_an_engine_whose_gamma_moves_keeps_greedy_text(pair):
     (cfg, g, p), draft = pair
-    loop = Speculator(graphdef=g, cfg=cfg, drafter=DraftModel(draft[1], draft[0]), gamma=3,
-                      eos_id=-1)
+    loop = Speculator(
+        graphdef=g, cfg=cfg, drafter=DraftModel(draft[1], draft[0]), gamma=3, eos_id=-1
+    )
     requests = [Request(PROMPT, 11, 0.0), Request(PROMPT_B, 9, 0.0), Request(PROMPT_B[:2], 8, 0.0)]
     want = [alone(loops(pair)["ar"], pair, r) for r in requests]
     policy = Scripted([0, 0, 3, 1, 0, 2, 3])
@@ -163,8 +168,9 @@ def test_drafting_resumes_from_a_rebuilt_cache_as_from_a_fresh_prompt(pair):
     """After plain steps the draft model's cache is rebuilt: its first drafts (greedy) are
     judged exactly like those of a fresh request whose prompt is the text so far."""
     (cfg, g, p), draft = pair
-    loop = Speculator(graphdef=g, cfg=cfg, drafter=DraftModel(draft[1], draft[0]), gamma=3,
-                      eos_id=-1)
+    loop = Speculator(
+        graphdef=g, cfg=cfg, drafter=DraftModel(draft[1], draft[0]), gamma=3, eos_id=-1
+    )
     resumed = Engine(loop, p, draft[2], slots=1, policy=Scripted([3, 0, 0, 0, 3]))
     resumed.insert(Request(PROMPT, 12, 0.0))
     steps = [resumed.step() for _ in range(5)]
@@ -178,15 +184,17 @@ def test_drafting_resumes_from_a_rebuilt_cache_as_from_a_fresh_prompt(pair):
 
 def test_the_probe_measures_every_gamma_and_leaves_the_engine_idle(pair):
     (cfg, g, p), draft = pair
-    loop = Speculator(graphdef=g, cfg=cfg, drafter=DraftModel(draft[1], draft[0]), gamma=3,
-                      eos_id=-1)
+    loop = Speculator(
+        graphdef=g, cfg=cfg, drafter=DraftModel(draft[1], draft[0]), gamma=3, eos_id=-1
+    )
     policy = Goodput(gammas=(0, 1, 3))
     engine = Engine(loop, p, draft[2], slots=2, policy=policy)
     costs = engine.probe(PROMPT, steps=2)
     assert set(costs) == {0, 1, 3} and policy.costs == costs and min(costs.values()) > 0
     assert not engine.busy and engine.acceptance.alpha is None and engine.steps_at == {}
     assert serve(engine, {0: [Request(PROMPT, 6, 0.0)]}) == {
-        0: alone(loops(pair)["ar"], pair, Request(PROMPT, 6, 0.0))}  # serves as before
+        0: alone(loops(pair)["ar"], pair, Request(PROMPT, 6, 0.0))
+    }  # serves as before
     # Each step after the first, while the request ran, told the policy the gap before it.
     assert len(policy.gaps) == sum(engine.steps_at.values()) - 1 and policy.overhead >= 0
 

@@ -100,16 +100,26 @@ def test_round_trip_logits_match_to_float16_precision(saved, tiny_model):
 def gpt2_shapes(cfg: ModelConfig) -> dict[str, tuple]:
     """GPT-2's state dict (minus its attention-mask buffers and the tied lm_head), by hand."""
     C, V = cfg.d_model, cfg.vocab_size
-    shapes = {"wte.weight": (V, C), "wpe.weight": (cfg.n_ctx, C),
-              "ln_f.weight": (C,), "ln_f.bias": (C,)}
+    shapes = {
+        "wte.weight": (V, C),
+        "wpe.weight": (cfg.n_ctx, C),
+        "ln_f.weight": (C,),
+        "ln_f.bias": (C,),
+    }
     for i in range(cfg.n_layer):
         shapes |= {
-            f"h.{i}.ln_1.weight": (C,), f"h.{i}.ln_1.bias": (C,),
-            f"h.{i}.attn.c_attn.weight": (C, 3 * C), f"h.{i}.attn.c_attn.bias": (3 * C,),
-            f"h.{i}.attn.c_proj.weight": (C, C), f"h.{i}.attn.c_proj.bias": (C,),
-            f"h.{i}.ln_2.weight": (C,), f"h.{i}.ln_2.bias": (C,),
-            f"h.{i}.mlp.c_fc.weight": (C, 4 * C), f"h.{i}.mlp.c_fc.bias": (4 * C,),
-            f"h.{i}.mlp.c_proj.weight": (4 * C, C), f"h.{i}.mlp.c_proj.bias": (C,),
+            f"h.{i}.ln_1.weight": (C,),
+            f"h.{i}.ln_1.bias": (C,),
+            f"h.{i}.attn.c_attn.weight": (C, 3 * C),
+            f"h.{i}.attn.c_attn.bias": (3 * C,),
+            f"h.{i}.attn.c_proj.weight": (C, C),
+            f"h.{i}.attn.c_proj.bias": (C,),
+            f"h.{i}.ln_2.weight": (C,),
+            f"h.{i}.ln_2.bias": (C,),
+            f"h.{i}.mlp.c_fc.weight": (C, 4 * C),
+            f"h.{i}.mlp.c_fc.bias": (4 * C,),
+            f"h.{i}.mlp.c_proj.weight": (4 * C, C),
+            f"h.{i}.mlp.c_proj.bias": (C,),
         }
     return shapes
 
@@ -138,7 +148,9 @@ def test_manifest_records_the_files_sha256_and_size(saved):
     manifest = json.loads((ckpt_dir / MANIFEST).read_text())
     blob = path.read_bytes()
     assert manifest["files"]["tiny.safetensors"] == {
-        "sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob)}
+        "sha256": hashlib.sha256(blob).hexdigest(),
+        "bytes": len(blob),
+    }
     assert manifest["models"]["tiny.safetensors"] == {"note": "untrained test model"}
     assert sha256_file(path) == hashlib.sha256(blob).hexdigest()
 
@@ -155,8 +167,9 @@ def test_saving_twice_updates_one_manifest_entry(saved, tiny_model):
     assert manifest["files"]["tiny.safetensors"]["sha256"] == sha256_file(path)
     assert manifest["models"]["tiny.safetensors"] == {"note": "untrained test model"}
     _, _, loaded = load_model(ckpt_dir, "tiny")  # the new file verifies and holds the new model
-    assert np.array_equal(state_to_tensors(loaded)["wte.weight"],
-                          _fp16(2 * state_to_tensors(params)["wte.weight"]))
+    assert np.array_equal(
+        state_to_tensors(loaded)["wte.weight"], _fp16(2 * state_to_tensors(params)["wte.weight"])
+    )
 
 
 # ------------------------------------------------------------------ refusing bad files
@@ -195,13 +208,15 @@ def test_an_invalid_file_is_a_user_error_even_unverified(saved, damage):
     _, path = saved
     blob = path.read_bytes()
     tensors = {"wte.weight": np.zeros((2, 2), np.float32)}
-    path.write_bytes({
-        "truncated": blob[: len(blob) // 2],
-        "header-only": blob[:8],
-        "garbage": os.urandom(4096),
-        "empty": b"",
-        "no-metadata": st_save(tensors),
-    }[damage])
+    path.write_bytes(
+        {
+            "truncated": blob[: len(blob) // 2],
+            "header-only": blob[:8],
+            "garbage": os.urandom(4096),
+            "empty": b"",
+            "no-metadata": st_save(tensors),
+        }[damage]
+    )
     with pytest.raises(UserError, match="not a valid nanospec checkpoint"):
         load_model(path.parent, "tiny", verify=False)
 
@@ -234,7 +249,9 @@ def test_atomic_write_writes_bytes_and_text_without_leftovers(tmp_path):
 
 
 @pytest.mark.parametrize("where", ["write", "fsync", "replace"])
-@pytest.mark.parametrize("error", [OSError("disk full"), KeyboardInterrupt()], ids=["oserror", "ctrl-c"])
+@pytest.mark.parametrize(
+    "error", [OSError("disk full"), KeyboardInterrupt()], ids=["oserror", "ctrl-c"]
+)
 def test_a_failed_write_keeps_the_old_file_and_no_temp_files(tmp_path, monkeypatch, where, error):
     dest = tmp_path / "MANIFEST"
     atomic_write(dest, "old content")
@@ -254,6 +271,7 @@ def test_a_failed_write_keeps_the_old_file_and_no_temp_files(tmp_path, monkeypat
 def _raiser(error):
     def fail(*args, **kwargs):
         raise error
+
     return fail
 
 

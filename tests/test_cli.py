@@ -54,8 +54,18 @@ def flip_byte(path, offset):
 
 
 def test_generate_json_prints_one_object_with_text_tokens_and_stats(capsys, tiny_ckpt_dir):
-    code, out, err = run(capsys, tiny_ckpt_dir, "generate", "--prompt", "The capital of",
-                         "--max-new-tokens", "5", "--temperature", "0", "--json")
+    code, out, err = run(
+        capsys,
+        tiny_ckpt_dir,
+        "generate",
+        "--prompt",
+        "The capital of",
+        "--max-new-tokens",
+        "5",
+        "--temperature",
+        "0",
+        "--json",
+    )
     assert code == 0, err
     doc = json.loads(out)  # the whole of stdout is one JSON object
     assert {"text", "tokens", "stats"} <= doc.keys()
@@ -68,32 +78,65 @@ def test_generate_json_prints_one_object_with_text_tokens_and_stats(capsys, tiny
     assert stats["new_tokens"] == len(doc["tokens"])
     assert stats["prompt_tokens"] == len(tok.encode_prompt("The capital of"))  # <|endoftext|> first
     assert stats["tokens_per_second"] > 0
-    assert {"compile_seconds", "generate_seconds", "temperature", "top_k", "top_p",
-            "seed"} <= stats.keys()
+    assert {
+        "compile_seconds",
+        "generate_seconds",
+        "temperature",
+        "top_k",
+        "top_p",
+        "seed",
+    } <= stats.keys()
 
 
 def test_num_samples_gives_that_many_samples(capsys, tiny_ckpt_dir):
-    code, out, err = run(capsys, tiny_ckpt_dir, "generate", "--prompt", "hi",
-                         "--max-new-tokens", "6", "--num-samples", "3", "--seed", "1", "--json")
+    code, out, err = run(
+        capsys,
+        tiny_ckpt_dir,
+        "generate",
+        "--prompt",
+        "hi",
+        "--max-new-tokens",
+        "6",
+        "--num-samples",
+        "3",
+        "--seed",
+        "1",
+        "--json",
+    )
     assert code == 0, err
     doc = json.loads(out)
     assert len(doc["samples"]) == 3
-    assert doc["samples"][0] == {"text": doc["text"], "tokens": doc["tokens"],
-                                 "finish_reason": doc["finish_reason"]}
+    assert doc["samples"][0] == {
+        "text": doc["text"],
+        "tokens": doc["tokens"],
+        "finish_reason": doc["finish_reason"],
+    }
     assert doc["stats"]["new_tokens"] == sum(len(s["tokens"]) for s in doc["samples"])
     # Each row draws its own randomness: with a near-uniform untrained model over ~300 tokens,
     # identical rows would mean a shared key. (Deterministic under the seed, so never flaky.)
     assert len({tuple(s["tokens"]) for s in doc["samples"]}) == 3
 
 
-@pytest.mark.parametrize("extra", [["--method", m] for m in
-                                   ("draft", "ngram", "medusa", "eagle", "mtp")] +
-                         [["--method", "eagle", "--tree", "2,2"],
-                          ["--method", "medusa", "--tree", "3,1", "--siblings", "sample"]],
-                         ids=lambda a: "-".join(x.strip("-") for x in a))
+@pytest.mark.parametrize(
+    "extra",
+    [["--method", m] for m in ("draft", "ngram", "medusa", "eagle", "mtp")]
+    + [
+        ["--method", "eagle", "--tree", "2,2"],
+        ["--method", "medusa", "--tree", "3,1", "--siblings", "sample"],
+    ],
+    ids=lambda a: "-".join(x.strip("-") for x in a),
+)
 def test_every_drafting_method_reproduces_greedy_autoregressive_text(capsys, tiny_ckpt_dir, extra):
-    common = ["generate", "--prompt", "The capital of", "--max-new-tokens", "8",
-              "--temperature", "0", "--json"]
+    common = [
+        "generate",
+        "--prompt",
+        "The capital of",
+        "--max-new-tokens",
+        "8",
+        "--temperature",
+        "0",
+        "--json",
+    ]
     code, out, err = run(capsys, tiny_ckpt_dir, *common)
     assert code == 0, err
     ar = json.loads(out)["tokens"]
@@ -193,11 +236,27 @@ def test_a_prompt_that_is_not_utf8_is_one_sentence(capsys, tiny_ckpt_dir):
 def test_the_process_exits_2_without_a_traceback(tiny_ckpt_dir):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [sys.executable, "-m", "nanospec", "--checkpoints", str(tiny_ckpt_dir),
-         "generate", "--prompt", "hi", "--temperature", "-1"],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "nanospec",
+            "--checkpoints",
+            str(tiny_ckpt_dir),
+            "generate",
+            "--prompt",
+            "hi",
+            "--temperature",
+            "-1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.splitlines() == [
-        "nanospec: error: --temperature must be 0 (greedy) or positive, got -1.0."]
+        "nanospec: error: --temperature must be 0 (greedy) or positive, got -1.0."
+    ]
     assert proc.stdout == ""

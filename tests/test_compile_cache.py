@@ -29,8 +29,20 @@ def test_the_folder_follows_the_environment(tmp_path, monkeypatch):
 
 
 def generate(ckpt, env) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "nanospec", "--checkpoints", str(ckpt), "generate",
-            "--prompt", "The capital of France is", "--temperature", "0", "--max-new-tokens", "4"]
+    argv = [
+        sys.executable,
+        "-m",
+        "nanospec",
+        "--checkpoints",
+        str(ckpt),
+        "generate",
+        "--prompt",
+        "The capital of France is",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "4",
+    ]
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -44,15 +56,20 @@ def test_a_repeated_command_loads_every_program_from_the_cache(tiny_ckpt_dir, tm
     second = generate(tiny_ckpt_dir, env)
     assert second.returncode == 0, second.stderr
     assert sorted(p.name for p in cache.iterdir()) == written  # all found: nothing compiled anew
-    assert second.stdout == first.stdout.replace(first.stdout.splitlines()[-1],
-                                                 second.stdout.splitlines()[-1])
+    assert second.stdout == first.stdout.replace(
+        first.stdout.splitlines()[-1], second.stdout.splitlines()[-1]
+    )
 
 
 def test_off_writes_no_cache(tiny_ckpt_dir, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    env = {**os.environ, "NANOSPEC_COMPILE_CACHE": "off", "XDG_CACHE_HOME": str(home / ".cache"),
-           "HOME": str(home)}
+    env = {
+        **os.environ,
+        "NANOSPEC_COMPILE_CACHE": "off",
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "HOME": str(home),
+    }
     result = generate(tiny_ckpt_dir, env)
     assert result.returncode == 0, result.stderr
     assert list(home.rglob("*")) == []

@@ -1,4 +1,5 @@
 """Tests for nanospec.corpus: the fact table and the synthetic training text."""
+
 import dataclasses
 import random
 
@@ -80,7 +81,9 @@ def test_every_capital_appears(medium_train):
     missing = [c.name for c in load_countries() if f"{c.capital}" not in text]
     assert not missing
     # The exact evaluation form must be common, for every country.
-    missing_probe = [c.name for c in load_countries() if f"The capital of {c.name} is {c.capital}" not in text]
+    missing_probe = [
+        c.name for c in load_countries() if f"The capital of {c.name} is {c.capital}" not in text
+    ]
     assert not missing_probe
 
 
@@ -90,8 +93,8 @@ def test_probe_prefix_is_only_followed_by_the_answer(medium_train):
         prompt = f"The capital of {c.name} is"
         start = text.find(prompt)
         while start != -1:
-            after = text[start + len(prompt):]
-            assert after.startswith(" " + c.capital), text[start:start + 80]
+            after = text[start + len(prompt) :]
+            assert after.startswith(" " + c.capital), text[start : start + 80]
             start = text.find(prompt, start + 1)
 
 
@@ -106,10 +109,30 @@ def test_capital_prompts_match_table():
 
 def test_all_three_styles_appear():
     train, _ = build_corpus(SMALL)
-    n_code = sum(d.startswith(("capitals =", "languages =", "currencies =", "continents =", "countries =",
-                               "def ", "from dataclasses")) for d in train)
-    n_repeat = sum(("again" in d or "once more" in d.lower() or "summarise" in d or "Learn the capitals" in d
-                    or "read it aloud" in d) for d in train)
+    n_code = sum(
+        d.startswith(
+            (
+                "capitals =",
+                "languages =",
+                "currencies =",
+                "continents =",
+                "countries =",
+                "def ",
+                "from dataclasses",
+            )
+        )
+        for d in train
+    )
+    n_repeat = sum(
+        (
+            "again" in d
+            or "once more" in d.lower()
+            or "summarise" in d
+            or "Learn the capitals" in d
+            or "read it aloud" in d
+        )
+        for d in train
+    )
     assert 0.08 * len(train) < n_code < 0.25 * len(train)
     assert 0.15 * len(train) < n_repeat < 0.40 * len(train)
     assert len(train) - n_code - n_repeat > 0.45 * len(train)  # the rest is facts prose
@@ -117,7 +140,7 @@ def test_all_three_styles_appear():
 
 def _has_repeated_span(doc: str, n: int = 8) -> bool:
     words = doc.split()
-    spans = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    spans = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
     return len(spans) != len(set(spans))
 
 
@@ -133,7 +156,9 @@ def test_code_docs_are_valid_python_and_their_output_comments_are_true(capsys):
         doc = code_document(rng)
         exec(compile(doc, "<doc>", "exec"), {})  # asserts inside the snippet must hold
         printed = capsys.readouterr().out.strip().splitlines()
-        comments = [line[2:] for line in doc.splitlines() if line.startswith("# ") and line != "# Output:"]
+        comments = [
+            line[2:] for line in doc.splitlines() if line.startswith("# ") and line != "# Output:"
+        ]
         assert printed == comments, doc
 
 

@@ -66,7 +66,9 @@ PROMPTS = [[1, 2, 1, 2, 9], [3, 4, 5, 3, 4, 5, 30]]
 def fused(target, sp, gamma=3, max_new=14, seed=0, drafter=None):
     cfg, g, p = target
     tokens, lengths = pad_prompts(PROMPTS, cfg.n_ctx)
-    spec = Speculator(graphdef=g, cfg=cfg, drafter=drafter or PromptLookup(V), gamma=gamma, eos_id=-1)
+    spec = Speculator(
+        graphdef=g, cfg=cfg, drafter=drafter or PromptLookup(V), gamma=gamma, eos_id=-1
+    )
     state, stats = spec.run(p, (), tokens, lengths, jax.random.key(seed), sp, max_new)
     return generated(state, lengths), state, stats
 
@@ -89,7 +91,9 @@ def test_drivers_agree_and_the_counters_match_the_trace(target):
     spec = Speculator(graphdef=g, cfg=cfg, drafter=PromptLookup(V), gamma=3, eos_id=-1)
     steps = list(spec.rounds(p, (), tokens, lengths, jax.random.key(3), HOT, 14))
     assert generated(steps[-1].state, lengths) == outs
-    drafted = np.array([np.asarray(r.trace.n_draft) * np.asarray(r.trace.live) for r in steps])  # (R, B)
+    drafted = np.array(
+        [np.asarray(r.trace.n_draft) * np.asarray(r.trace.live) for r in steps]
+    )  # (R, B)
     assert np.all(drafted[0] == 0), "the first round has nothing to copy"
     assert set(np.unique(drafted)) == {0, 3}, "prompt lookup proposes all γ or nothing"
     np.testing.assert_array_equal(np.asarray(stats.drafted), drafted.sum(0))

@@ -22,9 +22,13 @@ from nanospec.trees.loop import TreeSpeculator
 from nanospec.trees.tree import Tree
 from tests.statistical.laws import PROMPT, PROMPT_B, tiny_pair
 
-REQUESTS = [Request(PROMPT, 9, 1.0, seed=5), Request(PROMPT_B, 12, 0.0, seed=1),
-            Request(PROMPT, 7, 0.8, top_k=3, top_p=0.9, seed=2),
-            Request(PROMPT_B[:3], 10, 1.0, seed=5), Request(PROMPT_B, 5, 1.0, seed=9)]
+REQUESTS = [
+    Request(PROMPT, 9, 1.0, seed=5),
+    Request(PROMPT_B, 12, 0.0, seed=1),
+    Request(PROMPT, 7, 0.8, top_k=3, top_p=0.9, seed=2),
+    Request(PROMPT_B[:3], 10, 1.0, seed=5),
+    Request(PROMPT_B, 5, 1.0, seed=9),
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,22 +39,39 @@ def pair():
 def loops(pair):
     (cfg, g, _), draft = pair
     drafter = DraftModel(draft[1], draft[0])
-    return {"ar": Decoder(graphdef=g, cfg=cfg, eos_id=-1),
-            "draft": Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=3, eos_id=-1),
-            "ssd": SSDSpeculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=3, eos_id=-1,
-                                 fanout=(2, 1, 1, 1)),
-            "ngram": Speculator(graphdef=g, cfg=cfg, drafter=PromptLookup(cfg.vocab_size),
-                                gamma=3, eos_id=-1),
-            "tree": TreeSpeculator(graphdef=g, cfg=cfg, drafter=drafter,
-                                   tree=Tree.from_branching((2, 1)), top=False, eos_id=-1)}
+    return {
+        "ar": Decoder(graphdef=g, cfg=cfg, eos_id=-1),
+        "draft": Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=3, eos_id=-1),
+        "ssd": SSDSpeculator(
+            graphdef=g, cfg=cfg, drafter=drafter, gamma=3, eos_id=-1, fanout=(2, 1, 1, 1)
+        ),
+        "ngram": Speculator(
+            graphdef=g, cfg=cfg, drafter=PromptLookup(cfg.vocab_size), gamma=3, eos_id=-1
+        ),
+        "tree": TreeSpeculator(
+            graphdef=g,
+            cfg=cfg,
+            drafter=drafter,
+            tree=Tree.from_branching((2, 1)),
+            top=False,
+            eos_id=-1,
+        ),
+    }
 
 
 def alone(loop, pair, r: Request) -> list[int]:
     """The request's tokens from the loop's fused driver at batch 1."""
     (cfg, _, p), draft = pair
     tokens, lengths = pad_prompts([r.prompt], cfg.n_ctx)
-    state, _ = loop.run(p, draft[2], tokens, lengths, jax.random.key(r.seed),
-                        SamplingParams.make(r.temperature, r.top_k, r.top_p), r.max_new)
+    state, _ = loop.run(
+        p,
+        draft[2],
+        tokens,
+        lengths,
+        jax.random.key(r.seed),
+        SamplingParams.make(r.temperature, r.top_k, r.top_p),
+        r.max_new,
+    )
     return generated(state, lengths)[0]
 
 
@@ -84,8 +105,7 @@ def test_a_request_gets_its_own_tokens_at_any_load(pair, method):
     engine.warm([len(r.prompt) for r in REQUESTS])  # compiles; changes nobody's tokens
     for r, w in zip(REQUESTS, want):
         assert serve(engine, {0: [r]}) == {0: w}
-    busy = serve(engine, {0: REQUESTS[:1], 1: REQUESTS[1:2], 3: REQUESTS[2:3],
-                          9: REQUESTS[3:]})
+    busy = serve(engine, {0: REQUESTS[:1], 1: REQUESTS[1:2], 3: REQUESTS[2:3], 9: REQUESTS[3:]})
     assert [busy[i] for i in range(len(REQUESTS))] == want
     # One step program, whatever arrived (prefills: one per prompt bucket).
     assert engine.step_programs == 1
@@ -97,10 +117,12 @@ def test_a_full_engine_and_bad_requests_are_one_sentence(pair):
     engine.insert(REQUESTS[0])
     with pytest.raises(UserError, match="All 1 slots are busy"):
         engine.insert(REQUESTS[1])
-    for bad, message in ((REQUESTS[0]._replace(temperature=-1.0), "temperature must be"),
-                         (REQUESTS[0]._replace(max_new=0), "max_new"),
-                         (REQUESTS[0]._replace(min_new=10), "min_new must be 0 to max_new"),
-                         (REQUESTS[0]._replace(prompt=[1] * cfg.n_ctx), "context holds")):
+    for bad, message in (
+        (REQUESTS[0]._replace(temperature=-1.0), "temperature must be"),
+        (REQUESTS[0]._replace(max_new=0), "max_new"),
+        (REQUESTS[0]._replace(min_new=10), "min_new must be 0 to max_new"),
+        (REQUESTS[0]._replace(prompt=[1] * cfg.n_ctx), "context holds"),
+    ):
         with pytest.raises(UserError, match=message):
             Engine(loops(pair)["ar"], p, draft[2], slots=1).insert(bad)
     with pytest.raises(UserError, match="at least one slot"):
@@ -123,8 +145,9 @@ def test_caches_for_max_len_tokens_keep_each_requests_tokens(pair, method):
     got = serve(engine, {0: REQUESTS[:2], 2: REQUESTS[2:]})
     assert [got[i] for i in range(len(REQUESTS))] == [alone(loop, pair, r) for r in REQUESTS]
     short = Engine(loop, p, draft[2], slots=1, max_len=len(PROMPT) + 4)
-    assert serve(short, {0: [REQUESTS[0]]}) == {0: alone(loop, pair, REQUESTS[0]._replace(
-        max_new=4))}
+    assert serve(short, {0: [REQUESTS[0]]}) == {
+        0: alone(loop, pair, REQUESTS[0]._replace(max_new=4))
+    }
     with pytest.raises(UserError, match=f"context holds {len(PROMPT) + 4},"):
         short.insert(Request(PROMPT + [1] * 4, 3))
     with pytest.raises(UserError, match="must be 2 to"):
@@ -133,6 +156,7 @@ def test_caches_for_max_len_tokens_keep_each_requests_tokens(pair, method):
 
 def test_the_closed_loop_keeps_every_slot_busy_until_all_requests_finish(pair):
     from nanospec.load.crossover import closed_loop
+
     (_, _, p), draft = pair
     engine = Engine(loops(pair)["draft"], p, draft[2], slots=2)
     done = closed_loop(engine, REQUESTS)
@@ -151,7 +175,7 @@ def test_a_cancelled_request_frees_its_slot_and_leaves_the_others_alone(pair):
     for o in engine.step():
         got[o.slot] += o.tokens
     engine.cancel(gone)
-    assert engine.free_slots == 1 and got[gone] == want[1][:len(got[gone])]
+    assert engine.free_slots == 1 and got[gone] == want[1][: len(got[gone])]
     third = engine.insert(REQUESTS[2])  # takes the cancelled request's row
     assert third == gone
     got[third] = []
@@ -168,8 +192,15 @@ def test_each_step_reports_the_drafts_it_proposed_and_accepted_as_the_loop_count
     (cfg, _, p), draft = pair
     r = REQUESTS[0]
     tokens, lengths = pad_prompts([r.prompt], cfg.n_ctx)
-    _, stats = loop.run(p, draft[2], tokens, lengths, jax.random.key(r.seed),
-                        SamplingParams.make(r.temperature), r.max_new)
+    _, stats = loop.run(
+        p,
+        draft[2],
+        tokens,
+        lengths,
+        jax.random.key(r.seed),
+        SamplingParams.make(r.temperature),
+        r.max_new,
+    )
     hist = stats.hist[0].tolist()
     engine = Engine(loop, p, draft[2], slots=2)
     engine.insert(r)
@@ -187,12 +218,13 @@ def test_stop_tokens_end_a_request_where_eos_would_end_it_alone(pair):
     """EOS, a stop id, or (ignore_eos) neither: the engine ends a request at its first stop
     token exactly where the loop run alone with that token as EOS stops, neighbours or not."""
     from dataclasses import replace
+
     loop = loops(pair)["draft"]
     (_, _, p), draft = pair
     r = Request(PROMPT, 12, 1.0, seed=5)
     full = alone(loop, pair, r)
     stop = full[5]  # a token the request makes mid-way (maybe earlier too)
-    cut = full[:full.index(stop) + 1]
+    cut = full[: full.index(stop) + 1]
     assert alone(replace(loop, eos_id=stop), pair, r) == cut
     neighbour = Request(PROMPT_B, 10, 1.0, seed=1)
     eos_engine = Engine(replace(loop, eos_id=stop), p, draft[2], slots=2)
@@ -238,6 +270,8 @@ def test_min_new_holds_the_stop_tokens_as_a_plain_masked_loop_does(pair, method)
     want = held_greedy(pair, PROMPT, 10, stops, min_new=4)
     assert len(want) >= 5 and not set(want[:4]) & set(stops)  # the hold changed the text
     neighbour = Request(PROMPT_B, 6, 1.0, seed=3)
-    got = serve(Engine(loop, p, draft[2], slots=2),
-                {0: [r._replace(stop_ids=stops, min_new=4), neighbour, r._replace(stop_ids=stops)]})
+    got = serve(
+        Engine(loop, p, draft[2], slots=2),
+        {0: [r._replace(stop_ids=stops, min_new=4), neighbour, r._replace(stop_ids=stops)]},
+    )
     assert got == {0: want, 1: alone(loop, pair, neighbour), 2: free[:1]}

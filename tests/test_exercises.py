@@ -68,8 +68,10 @@ def test_unwritten_stub_is_reported_as_the_stub(number):
 
 # Exercise 2 asks for two functions: each mistake comes with a right version of the other.
 ACCEPT_OK = "def accept_reject(u, p_x, q_x):\n    return u * q_x < p_x\n"
-RESIDUAL_OK = ("import numpy as np\ndef residual(p, q):\n    r = np.maximum(p - q, 0)\n"
-               "    return r / r.sum() if r.sum() > 0 else p\n")
+RESIDUAL_OK = (
+    "import numpy as np\ndef residual(p, q):\n    r = np.maximum(p - q, 0)\n"
+    "    return r / r.sum() if r.sum() > 0 else p\n"
+)
 # Exercise 4's round, with the three lines a learner gets wrong left to fill in.
 ROUND = """
 import numpy as np
@@ -103,7 +105,9 @@ WRAP = "[context[j + 1 + i % (L - 1 - j)] for i in range(gamma)]"
 
 # More mistakes a learner makes, each with the words that must name it.
 MISTAKES = [
-    (1, "def greedy_speculative(target, draft, prompt, gamma, max_new):\n"
+    (
+        1,
+        "def greedy_speculative(target, draft, prompt, gamma, max_new):\n"
         "    out = []\n"
         "    while len(out) < max_new:\n"
         "        ctx = prompt + out\n"
@@ -111,62 +115,135 @@ MISTAKES = [
         "        choice = target(ctx + drafts)[len(ctx) - 1:]\n"
         "        out += drafts if drafts[0] == choice[0] else [choice[0]]\n"
         "        out.append(choice[-1])\n"
-        "    return out\n", "stop at max_new"),
-    (1, "def greedy_speculative(target, draft, prompt, gamma, max_new):\n"
-        "    return [draft(prompt)] * max_new\n", "differs from greedy decoding at new token"),
-    (2, "def accept_reject(u, p_x, q_x):\n    return u > p_x / q_x\n" + RESIDUAL_OK,
-     "the comparison is reversed"),
-    (2, "def accept_reject(u, p_x, q_x):\n    return u < q_x / p_x\n" + RESIDUAL_OK,
-     "ratio is upside down"),
-    (2, "def accept_reject(u, p_x, q_x):\n    return u * q_x <= p_x\n" + RESIDUAL_OK,
-     "compare strictly"),
-    (2, ACCEPT_OK + "import numpy as np\ndef residual(p, q):\n    return np.maximum(p - q, 0)\n",
-     "not 1: divide by the sum of max(0, p − q)"),
-    (2, ACCEPT_OK + "import numpy as np\ndef residual(p, q):\n    r = np.maximum(q - p, 0)\n"
-        "    return r / r.sum() if r.sum() > 0 else p\n", "You took max(0, q − p)"),
-    (2, ACCEPT_OK + "import numpy as np\ndef residual(p, q):\n    r = p - q\n"
-        "    return r / r.sum()\n", "negative entries"),
-    (3, "import numpy as np\ndef verify_row(rng, drafts, q, p):\n"
+        "    return out\n",
+        "stop at max_new",
+    ),
+    (
+        1,
+        "def greedy_speculative(target, draft, prompt, gamma, max_new):\n"
+        "    return [draft(prompt)] * max_new\n",
+        "differs from greedy decoding at new token",
+    ),
+    (
+        2,
+        "def accept_reject(u, p_x, q_x):\n    return u > p_x / q_x\n" + RESIDUAL_OK,
+        "the comparison is reversed",
+    ),
+    (
+        2,
+        "def accept_reject(u, p_x, q_x):\n    return u < q_x / p_x\n" + RESIDUAL_OK,
+        "ratio is upside down",
+    ),
+    (
+        2,
+        "def accept_reject(u, p_x, q_x):\n    return u * q_x <= p_x\n" + RESIDUAL_OK,
+        "compare strictly",
+    ),
+    (
+        2,
+        ACCEPT_OK + "import numpy as np\ndef residual(p, q):\n    return np.maximum(p - q, 0)\n",
+        "not 1: divide by the sum of max(0, p − q)",
+    ),
+    (
+        2,
+        ACCEPT_OK + "import numpy as np\ndef residual(p, q):\n    r = np.maximum(q - p, 0)\n"
+        "    return r / r.sum() if r.sum() > 0 else p\n",
+        "You took max(0, q − p)",
+    ),
+    (
+        2,
+        ACCEPT_OK + "import numpy as np\ndef residual(p, q):\n    r = p - q\n"
+        "    return r / r.sum()\n",
+        "negative entries",
+    ),
+    (
+        3,
+        "import numpy as np\ndef verify_row(rng, drafts, q, p):\n"
         "    for i, x in enumerate(drafts):\n"
         "        if rng.random() * q[i, x] >= p[i, x]:\n"
         "            r = np.maximum(p[i] - q[i], 0)\n"
         "            return i, int(rng.choice(len(r), p=r / r.sum()))\n"
         "    return len(drafts), int(rng.choice(p.shape[1], p=p[len(drafts) - 1]))\n",
-     "the bonus comes from p[γ]"),
+        "the bonus comes from p[γ]",
+    ),
     (3, "def verify_row(rng, drafts, q, p):\n    return [0]\n", "must return (n_accepted, token)"),
     (4, round_with(cache="cache"), "You never rolled back"),
-    (4, round_with(cache="cache._replace(length=start + n + 2)"),
-     "One slot too many: slot 8 holds the keys of the rejected draft"),
+    (
+        4,
+        round_with(cache="cache._replace(length=start + n + 2)"),
+        "One slot too many: slot 8 holds the keys of the rejected draft",
+    ),
     (4, round_with(block="list(drafts)"), "it must be over [last] + drafts = [5,"),
     (4, round_with(row="n + 1"), "Row i scores the token after block[i]"),
-    (4, round_with(cache="cache._replace(k=tuple(b[:, :9] for b in cache.k))"),
-     "roll back by setting the length alone"),
-    (5, COUNTS + PROPOSED + "    return jnp.argmin((u * q_x < p_x) & proposed, axis=1)\n",
-     "answers 0 for a row with none"),
-    (5, COUNTS + "    return jnp.sum(jnp.cumprod(u * q_x < p_x, axis=1), axis=1)\n",
-     "You counted padding"),
-    (5, COUNTS + "    n = 0\n    while u[0, n] * q_x[0, n] < p_x[0, n]:\n        n += 1\n"
-        "    return jnp.array([n])\n", "cannot run inside jax.jit: at line 4 of mine.py"),
-    (5, COUNTS + PROPOSED + "    return jnp.sum(jnp.cumprod((u * q_x <= p_x) & proposed, axis=1), "
-        "axis=1)\n", "compare strictly, u·q < p"),
-    (6, GAMMA.format(f"{E} / (g * c + rg)") + "    return s.index(max(s))\n",
-     "That looks like a position in the list"),
-    (6, GAMMA.format(f"{E} / rg") + "    return gammas[s.index(max(s))]\n",
-     "a model with free drafts"),
-    (6, GAMMA.format(f"{E} / (g * c + rg * (g + 1))") + "    return gammas[s.index(max(s))]\n",
-     "a verify pass costing r per token"),
-    (6, GAMMA.format("(1 - alpha ** (g + 1)) / (1 - alpha) / (g * c + rg)")
-     + "    return gammas[s.index(max(s))]\n", "with α = 1 and c = 0.01, your best_gamma raised "
-     "ZeroDivisionError at line 2 of mine.py"),
+    (
+        4,
+        round_with(cache="cache._replace(k=tuple(b[:, :9] for b in cache.k))"),
+        "roll back by setting the length alone",
+    ),
+    (
+        5,
+        COUNTS + PROPOSED + "    return jnp.argmin((u * q_x < p_x) & proposed, axis=1)\n",
+        "answers 0 for a row with none",
+    ),
+    (
+        5,
+        COUNTS + "    return jnp.sum(jnp.cumprod(u * q_x < p_x, axis=1), axis=1)\n",
+        "You counted padding",
+    ),
+    (
+        5,
+        COUNTS + "    n = 0\n    while u[0, n] * q_x[0, n] < p_x[0, n]:\n        n += 1\n"
+        "    return jnp.array([n])\n",
+        "cannot run inside jax.jit: at line 4 of mine.py",
+    ),
+    (
+        5,
+        COUNTS + PROPOSED + "    return jnp.sum(jnp.cumprod((u * q_x <= p_x) & proposed, axis=1), "
+        "axis=1)\n",
+        "compare strictly, u·q < p",
+    ),
+    (
+        6,
+        GAMMA.format(f"{E} / (g * c + rg)") + "    return s.index(max(s))\n",
+        "That looks like a position in the list",
+    ),
+    (
+        6,
+        GAMMA.format(f"{E} / rg") + "    return gammas[s.index(max(s))]\n",
+        "a model with free drafts",
+    ),
+    (
+        6,
+        GAMMA.format(f"{E} / (g * c + rg * (g + 1))") + "    return gammas[s.index(max(s))]\n",
+        "a verify pass costing r per token",
+    ),
+    (
+        6,
+        GAMMA.format("(1 - alpha ** (g + 1)) / (1 - alpha) / (g * c + rg)")
+        + "    return gammas[s.index(max(s))]\n",
+        "with α = 1 and c = 0.01, your best_gamma raised ZeroDivisionError at line 2 of mine.py",
+    ),
     (7, LOOKUP.format(ends="range(n - 1, L)", copy=WRAP), "the 'occurrence' is the suffix itself"),
-    (7, LOOKUP.format(ends="range(n - 1, L)", copy="context[j + 1: j + 1 + gamma]"),
-     "if you matched the suffix with itself"),
-    (7, LOOKUP.format(ends="range(L - 2, n - 2, -1)", copy=WRAP),
-     "You copied after the latest occurrence"),
-    (7, "def lookup(context, gamma, max_ngram=3, min_ngram=1):\n    raise ValueError('oops')\n",
-     "your lookup raised ValueError at line 2 of mine.py: oops"),
-    (8, "def verify_siblings(rng, candidates, q, p):\n    return candidates[0]\n",
-     "the token should have the law"),
+    (
+        7,
+        LOOKUP.format(ends="range(n - 1, L)", copy="context[j + 1: j + 1 + gamma]"),
+        "if you matched the suffix with itself",
+    ),
+    (
+        7,
+        LOOKUP.format(ends="range(L - 2, n - 2, -1)", copy=WRAP),
+        "You copied after the latest occurrence",
+    ),
+    (
+        7,
+        "def lookup(context, gamma, max_ngram=3, min_ngram=1):\n    raise ValueError('oops')\n",
+        "your lookup raised ValueError at line 2 of mine.py: oops",
+    ),
+    (
+        8,
+        "def verify_siblings(rng, candidates, q, p):\n    return candidates[0]\n",
+        "the token should have the law",
+    ),
 ]
 
 
@@ -179,15 +256,26 @@ def test_common_mistakes_are_named(tmp_path, number, source, says):
 
 # Right answers that differ from the reference solutions: they must pass too.
 ALSO_RIGHT = [
-    (4, round_with(cache="cache._replace(length=start + n + 1, k=tuple(b.at[:, int(start[0]) + n "
-                         "+ 1:].set(0) for b in cache.k))")),  # erasing stale slots is allowed
-    (5, "import numpy as np\ndef accepted_counts(u, p_x, q_x, n_draft):\n"  # numpy's names work
+    (
+        4,
+        round_with(
+            cache="cache._replace(length=start + n + 1, k=tuple(b.at[:, int(start[0]) + n "
+            "+ 1:].set(0) for b in cache.k))"
+        ),
+    ),  # erasing stale slots is allowed
+    (
+        5,
+        "import numpy as np\ndef accepted_counts(u, p_x, q_x, n_draft):\n"  # numpy's names work
         "    ok = (u * q_x < p_x) & (np.arange(u.shape[1])[None] < n_draft[:, None])\n"
-        "    return np.cumprod(ok, axis=1).sum(axis=1)\n"),
-    (6, "import numpy as np\ndef best_gamma(alpha, c, r, gammas):\n"
+        "    return np.cumprod(ok, axis=1).sum(axis=1)\n",
+    ),
+    (
+        6,
+        "import numpy as np\ndef best_gamma(alpha, c, r, gammas):\n"
         "    g = np.array(gammas)\n"
         "    e = g + 1.0 if alpha == 1 else (1 - alpha ** (g + 1)) / (1 - alpha)\n"
-        "    return gammas[int(np.argmax(e / (g * c + np.array(r))))]\n"),
+        "    return gammas[int(np.argmax(e / (g * c + np.array(r))))]\n",
+    ),
 ]
 
 
@@ -202,15 +290,26 @@ BAD_INPUT = [
     (["exercise", "check"], None, "Say which exercise to check"),
     (["exercise", "check", "2", "--file", "{tmp}/nope.py"], None, "No file at"),
     (["exercise", "check", "2", "--file", "{tmp}/mine.txt"], "x = 1\n", "is not a Python file"),
-    (["exercise", "check", "2", "--file", "{tmp}/mine.py"],
-     "def accept_reject(u, p_x, q_x)\n    return u\n", "mine.py line 1: expected ':'"),
-    (["exercise", "check", "2", "--file", "{tmp}/mine.py"],
-     "def accept_reject(u, p):\n    return u\n",
-     "accept_reject in {tmp}/mine.py takes (u, p); the exercise needs (u, p_x, q_x)."),
-    (["exercise", "check", "2", "--file", "{tmp}/mine.py"],
-     ACCEPT_OK + "def resid(p, q):\n    return p\n", "defines no function named residual"),
-    (["exercise", "check", "2", "--file", "{tmp}/mine.py"], "import torch_not_here\n",
-     "failed at line 1: ModuleNotFoundError"),
+    (
+        ["exercise", "check", "2", "--file", "{tmp}/mine.py"],
+        "def accept_reject(u, p_x, q_x)\n    return u\n",
+        "mine.py line 1: expected ':'",
+    ),
+    (
+        ["exercise", "check", "2", "--file", "{tmp}/mine.py"],
+        "def accept_reject(u, p):\n    return u\n",
+        "accept_reject in {tmp}/mine.py takes (u, p); the exercise needs (u, p_x, q_x).",
+    ),
+    (
+        ["exercise", "check", "2", "--file", "{tmp}/mine.py"],
+        ACCEPT_OK + "def resid(p, q):\n    return p\n",
+        "defines no function named residual",
+    ),
+    (
+        ["exercise", "check", "2", "--file", "{tmp}/mine.py"],
+        "import torch_not_here\n",
+        "failed at line 1: ModuleNotFoundError",
+    ),
 ]
 
 

@@ -8,7 +8,9 @@ from tests.filemap import MAPS, ROOT, missing, summary
 @pytest.mark.parametrize("name", MAPS)
 def test_the_file_map_is_current(name):
     text = (ROOT / name).read_text(encoding="utf-8")
-    assert MAPS[name](text) == text, f"{name}'s file map is out of date: run python -m tests.filemap"
+    assert MAPS[name](text) == text, (
+        f"{name}'s file map is out of date: run python -m tests.filemap"
+    )
 
 
 def test_every_module_is_in_the_full_map():

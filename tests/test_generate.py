@@ -51,7 +51,7 @@ def test_greedy_with_cache_equals_greedy_by_full_recompute(tiny_model):
     for _ in range(8):  # the slow, obviously-correct way: re-run everything each token
         logits = full(jnp.array([seq + [0] * (width - len(seq))]))
         seq.append(int(jnp.argmax(logits[0, len(seq) - 1])))
-    assert outs[0] == seq[len(prompt):]
+    assert outs[0] == seq[len(prompt) :]
 
 
 def test_stops_right_after_eos_and_keeps_it(tiny_model):

@@ -25,8 +25,16 @@ SMALL_CORPUS = CorpusConfig(n_train_docs=60, n_val_docs=6)
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_saved_head_loads_back_exactly(tmp_path, kind):
     # EAGLE and MTP narrower than the target (projected back), a draft vocabulary, as shipped.
-    hc = HeadConfig(kind, d_model=32, vocab_size=50, n_ctx=16, depth=3, n_head=2,
-                    width=0 if kind == "medusa" else 16, draft_vocab=(0, 3, 7, 49))
+    hc = HeadConfig(
+        kind,
+        d_model=32,
+        vocab_size=50,
+        n_ctx=16,
+        depth=3,
+        n_head=2,
+        width=0 if kind == "medusa" else 16,
+        draft_vocab=(0, 3, 7, 49),
+    )
     _, params = nnx.split(build(hc, seed=1))
     save_head(tmp_path, hc, params, {"note": "test"})
     hc2, _, params2 = load_head(tmp_path, kind)
@@ -52,12 +60,25 @@ def test_an_unknown_head_kind_is_a_user_error():
 def test_heads_learn_from_a_frozen_target(tmp_path):
     """Every head's validation loss falls, the target is untouched, MANIFEST says how."""
     train_tokenizer(tmp_path, vocab_size=320, corpus=SMALL_CORPUS)
-    train("tiny", tmp_path, tmp_path / "work", TrainConfig.preset("tiny"),
-          corpus=SMALL_CORPUS, quiet=True)
+    train(
+        "tiny",
+        tmp_path,
+        tmp_path / "work",
+        TrainConfig.preset("tiny"),
+        corpus=SMALL_CORPUS,
+        quiet=True,
+    )
     before = state_to_tensors(load_model(tmp_path, "tiny")[2])
     hc = HeadsTrainConfig(steps=40, batch_size=4, seq_len=32, lr=3e-3, depth=3, eval_every=10)
-    infos = train_heads(tmp_path, hc, SMALL_CORPUS, command="test", quiet=True, target="tiny",
-                        evaluate=lambda kind: {"measured": kind})
+    infos = train_heads(
+        tmp_path,
+        hc,
+        SMALL_CORPUS,
+        command="test",
+        quiet=True,
+        target="tiny",
+        evaluate=lambda kind: {"measured": kind},
+    )
     for kind in KINDS:
         curve = [v for _, v in infos[kind]["val_loss_curve"]]
         if kind == "medusa":
@@ -96,8 +117,14 @@ def test_medusa_and_mtp_keep_the_targets_feature_at_L_minus_2(target, kind):
     np.testing.assert_array_equal(feat, hidden[jnp.arange(2), lengths - 2])
     # After a round from start = 5 that emitted 2 tokens, L = 8 and L−2 = 6 = block index 1.
     block_hidden = jnp.arange(2 * 4 * cfg.d_model, dtype=jnp.float32).reshape(2, 4, cfg.d_model)
-    feat = drafter.commit((hp, p), feat, block_hidden, jnp.zeros((2, 4), jnp.int32),
-                          jnp.array([5, 2]), jnp.array([7, 6]))
+    feat = drafter.commit(
+        (hp, p),
+        feat,
+        block_hidden,
+        jnp.zeros((2, 4), jnp.int32),
+        jnp.array([5, 2]),
+        jnp.array([7, 6]),
+    )
     np.testing.assert_array_equal(feat[0], block_hidden[0, 0])  # 7 − 2 − 5 = 0
     np.testing.assert_array_equal(feat[1], block_hidden[1, 2])  # 6 − 2 − 2 = 2
 
@@ -114,8 +141,9 @@ def test_eagle_state_is_the_same_whether_read_at_once_or_round_by_round(target):
     state = drafter.init((hp, p), tokens[:, :5], jnp.array([5]), hidden[:, :5])
     # The round's block starts at position 4 (the last committed token) and emitted 3 tokens.
     emitted = jnp.concatenate([tokens[:, 5:8], jnp.zeros((1, 1), jnp.int32)], 1)  # (1, γ+1)
-    cache_b, f_b = drafter.commit((hp, p), state, hidden[:, 4:8], emitted, jnp.array([4]),
-                                  jnp.array([8]))
+    cache_b, f_b = drafter.commit(
+        (hp, p), state, hidden[:, 4:8], emitted, jnp.array([4]), jnp.array([8])
+    )
     np.testing.assert_allclose(f_a, f_b, atol=1e-5)
     assert int(cache_a.length[0]) == int(cache_b.length[0]) == 7
     np.testing.assert_allclose(cache_a.k[0][:, :7], cache_b.k[0][:, :7], atol=1e-5)
@@ -145,11 +173,21 @@ def test_a_draft_vocabulary_bounds_what_a_head_drafts(target, kind):
         np.testing.assert_array_equal(np.asarray(q)[..., outside], 0.0)
         np.testing.assert_allclose(np.asarray(q).sum(-1), 1.0, rtol=1e-5)
     # The first draft's law, over the vocabulary, is the whole layer's law renormalised.
-    _, q_full, _ = full.propose(dp_full, full.init(dp_full, tokens, jnp.full(64, 6), hidden),
-                                *args[:3], SamplingParams.make(1.0), 3)
+    _, q_full, _ = full.propose(
+        dp_full,
+        full.init(dp_full, tokens, jnp.full(64, 6), hidden),
+        *args[:3],
+        SamplingParams.make(1.0),
+        3,
+    )
     q_full = np.asarray(q_full)[:, 0]
-    _, q, _ = drafter.propose(dp, drafter.init(dp, tokens, jnp.full(64, 6), hidden),
-                              *args[:3], SamplingParams.make(1.0), 3)
+    _, q, _ = drafter.propose(
+        dp,
+        drafter.init(dp, tokens, jnp.full(64, 6), hidden),
+        *args[:3],
+        SamplingParams.make(1.0),
+        3,
+    )
     expected = q_full[:, list(vocab)] / q_full[:, list(vocab)].sum(-1, keepdims=True)
     np.testing.assert_allclose(np.asarray(q)[:, 0][:, list(vocab)], expected, rtol=1e-4, atol=1e-6)
 
@@ -160,9 +198,11 @@ def test_eagle_folds_its_projection_without_changing_its_law_or_its_next_input(t
     (EagleFold); they must be the law of the projected feature f̂ = project(h) through the same
     pipeline, and fc([f̂ ; embed(x)]). Biases non-zero; a full-width layer folds the identity."""
     from nanospec.sampling import sampling_probs
+
     cfg, g, p = target
-    hc = dataclasses.replace(HeadConfig.for_target("eagle", cfg),
-                             draft_vocab=tuple(range(0, cfg.vocab_size, 2)))
+    hc = dataclasses.replace(
+        HeadConfig.for_target("eagle", cfg), draft_vocab=tuple(range(0, cfg.vocab_size, 2))
+    )
     if width == "full":
         hc = dataclasses.replace(hc, width=0)
     hg, hp = nnx.split(build(hc, seed=5))
@@ -174,7 +214,9 @@ def test_eagle_folds_its_projection_without_changing_its_law_or_its_next_input(t
     h = jax.random.normal(jax.random.key(3), (5, head.cfg.d_model))
     for t in (1.0, 0.7):
         sp = SamplingParams.make(t)
-        unfolded = sampling_probs(drafter.draft_logits(drafter.output_layer(tmodel), head.project(h)), sp)
+        unfolded = sampling_probs(
+            drafter.draft_logits(drafter.output_layer(tmodel), head.project(h)), sp
+        )
         np.testing.assert_allclose(drafter.law(dp, h, sp), unfolded, rtol=1e-4, atol=1e-7)
     x = jnp.array([0, 7, 20, cfg.vocab_size - 1, 13])
     unfolded = head.fc(jnp.concatenate([head.project(h), tmodel.wte(x)], axis=-1))

@@ -22,8 +22,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("nanospec.cli", "nanospec.exercises", "nanospec.training", "nanospec.teach",
-        "nanospec.slides", "nanospec.__main__", "viz")
+APPS = (
+    "nanospec.cli",
+    "nanospec.exercises",
+    "nanospec.training",
+    "nanospec.teach",
+    "nanospec.slides",
+    "nanospec.__main__",
+    "viz",
+)
 
 
 def module_name(path: Path) -> str:
@@ -60,15 +67,25 @@ def layer(module: str) -> str:
 
 
 # (importer's layer, imported layer) pairs that point the wrong way
-WRONG = {("core", "serving"), ("core", "measure"), ("core", "app"), ("serving", "app"),
-         ("measure", "app"), ("serving", "measure")}
+WRONG = {
+    ("core", "serving"),
+    ("core", "measure"),
+    ("core", "app"),
+    ("serving", "app"),
+    ("measure", "app"),
+    ("serving", "measure"),
+}
 
 
 def test_the_layers_point_one_way():
     graph = modules()
     assert len(graph) > 60 and "nanospec.cli" in graph and "nanospec.serving.engine" in graph
-    wrong = sorted(f"{m} ({layer(m)}) imports {t} ({layer(t)})" for m, targets in graph.items()
-                   for t in targets if (layer(m), layer(t)) in WRONG)
+    wrong = sorted(
+        f"{m} ({layer(m)}) imports {t} ({layer(t)})"
+        for m, targets in graph.items()
+        for t in targets
+        if (layer(m), layer(t)) in WRONG
+    )
     assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
     assert not {t for t in graph["nanospec.generate"] if within(t, "nanospec.speculative")}
 
@@ -89,8 +106,15 @@ def test_importing_any_module_starts_no_jax_backend():
         "    importlib.import_module(name)\n"
         "    if xla_bridge._backends:\n"
         "        sys.exit(f'importing {name} started a JAX backend')\n"
-        "print('imported', len(" + repr(names) + "))\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=ROOT, timeout=600, check=False)
+        "print('imported', len(" + repr(names) + "))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"imported {len(names)}" in done.stdout

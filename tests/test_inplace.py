@@ -46,10 +46,12 @@ def cache_shape(cfg, batch=1):
 def _passes(tiny_model):
     """A one-token and a two-token pass that both write the cache, and which one to run."""
     from nanospec.model import forward
+
     cfg, graphdef, params = tiny_model
     one = lambda c: forward(graphdef, params, jnp.zeros((1, 1), jnp.int32), c.length[:, None], c)[2]
-    two = lambda c: forward(graphdef, params, jnp.zeros((1, 2), jnp.int32),
-                            c.length[:, None] + jnp.arange(2), c)[2]
+    two = lambda c: forward(
+        graphdef, params, jnp.zeros((1, 2), jnp.int32), c.length[:, None] + jnp.arange(2), c
+    )[2]
     return one, two, lambda c: c.length[0] % 2 == 0
 
 
@@ -63,6 +65,7 @@ def test_the_counter_sees_a_copy_that_must_happen(tiny_model):
     """The check itself can fail: a loop that keeps the cache from before each pass alongside
     the updated one cannot update in place, and the copy it makes is counted."""
     from nanospec.cache import init_cache
+
     cfg = tiny_model[0]
     one, _, _ = _passes(tiny_model)
     cache = init_cache(cfg.n_layer, cfg.n_head, cfg.head_dim, 1, cfg.n_ctx)
@@ -74,6 +77,7 @@ def test_run_if_branches_on_the_cache_without_copying(tiny_model):
     """The choice target_pass makes, written with run_if. (Written with lax.cond, it copied
     the cache on the XLA this was measured with: cache.py.)"""
     from nanospec.cache import init_cache, run_if
+
     cfg = tiny_model[0]
     one, two, pick = _passes(tiny_model)
 
@@ -89,7 +93,8 @@ def test_autoregressive_loop_copies_no_cache(tiny_model):
     cfg, graphdef, params = tiny_model
     tokens, lengths = pad_prompts([[1, 2, 3]], cfg.n_ctx)
     program, _ = Decoder(graphdef=graphdef, cfg=cfg, eos_id=-1).program(
-        params, (), tokens, lengths, jax.random.key(0), GREEDY)
+        params, (), tokens, lengths, jax.random.key(0), GREEDY
+    )
     hlo = program.as_text()
     assert copies_in_loop(hlo, cache_shape(cfg)) == 0
 
@@ -114,13 +119,17 @@ def test_every_drafters_loop_copies_no_cache(tiny_ckpt_dir, method):
     from nanospec.decode import Bundle
     from nanospec.trees.loop import TreeSpeculator
     from nanospec.trees.tree import Tree
+
     bundle = Bundle.load(tiny_ckpt_dir, ("target", "draft", "medusa", "eagle", "mtp"))
     cfg, graphdef, params = bundle.models["target"]
     tokens, lengths = pad_prompts([[1, 2, 3, 1, 2]], cfg.n_ctx)
     drafter, dparams = bundle.drafter("draft" if method == "tree" else method)
     fixed = dict(graphdef=graphdef, cfg=cfg, drafter=drafter, eos_id=-1)
-    spec = (TreeSpeculator(tree=Tree.from_branching((2, 1)), top=True, **fixed) if method == "tree"
-            else Speculator(gamma=2, **fixed))
+    spec = (
+        TreeSpeculator(tree=Tree.from_branching((2, 1)), top=True, **fixed)
+        if method == "tree"
+        else Speculator(gamma=2, **fixed)
+    )
     program, _ = spec.program(params, dparams, tokens, lengths, jax.random.key(0), GREEDY)
     shapes = cache_shape(cfg) + cache_shape(bundle.models["draft"][0])
     if method == "eagle":

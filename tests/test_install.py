@@ -20,8 +20,11 @@ def canonical(name: str) -> str:
 
 def pins() -> dict[str, str]:
     """constraints.txt as {name: version}; every line that is not a comment is name==version."""
-    lines = [ln for ln in (REPO / "constraints.txt").read_text(encoding="utf-8").splitlines()
-             if ln.strip() and not ln.startswith("#")]
+    lines = [
+        ln
+        for ln in (REPO / "constraints.txt").read_text(encoding="utf-8").splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     bad = [ln for ln in lines if not re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+!\-]+", ln)]
     assert not bad, f"constraints.txt lines that pin no exact version: {bad}"
     return {canonical(ln.split("==")[0]): ln.split("==")[1] for ln in lines}
@@ -42,10 +45,12 @@ def test_every_dependency_of_every_extra_is_pinned():
     """`make wheelhouse` collects the extras under constraints.txt: a requirement without a pin
     would be whatever is newest on the day the wheelhouse is made."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    wanted = project["dependencies"] + [r for extra in project["optional-dependencies"].values()
-                                        for r in extra]
-    wanted += tomllib.loads((REPO / "pyproject.toml").read_text(
-        encoding="utf-8"))["build-system"]["requires"]
+    wanted = project["dependencies"] + [
+        r for extra in project["optional-dependencies"].values() for r in extra
+    ]
+    wanted += tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["build-system"][
+        "requires"
+    ]
     pinned = pins()
     missing = [r for r in wanted if canonical(Requirement(r).name) not in pinned]
     assert not missing, f"requirements with no pin in constraints.txt: {missing}"
@@ -64,15 +69,35 @@ def test_every_make_target_has_a_windows_command():
 
 def test_python_m_nanospec_is_the_command():
     """`python -m nanospec` (what Windows users type) is the nanospec command."""
-    out = subprocess.run([sys.executable, "-m", "nanospec", "--help"], capture_output=True,
-                         encoding="utf-8", cwd=REPO, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "nanospec", "--help"],
+        capture_output=True,
+        encoding="utf-8",
+        cwd=REPO,
+        check=True,
+    ).stdout
     assert out.startswith("usage: nanospec") and "demo" in out
 
 
 def test_every_text_file_is_opened_as_utf8():
     """Windows opens text in the locale's code page (cp1252) unless told: every open() and
     read_text() in the code names its encoding (ruff's unspecified-encoding rule, PLW1514)."""
-    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--preview", "--select", "PLW1514", "--no-cache",
-                           "nanospec", "viz", "lessons"], capture_output=True,
-                          encoding="utf-8", cwd=REPO)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--preview",
+            "--select",
+            "PLW1514",
+            "--no-cache",
+            "nanospec",
+            "viz",
+            "lessons",
+        ],
+        capture_output=True,
+        encoding="utf-8",
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stdout

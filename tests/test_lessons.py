@@ -31,8 +31,9 @@ def test_there_are_at_least_fifteen_numbered_lessons():
 def execute(nb, timeout: int = 600):
     """Run `nb` in a fresh ipykernel in the repository (as `jupyter lab` there would), and
     return every output's text, streams and displays alike."""
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": str(REPO)}}).execute()
+    NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}
+    ).execute()
     return outputs_text(nb)
 
 
@@ -62,11 +63,13 @@ def test_in_a_kernel_a_failed_claim_raises_and_figures_show_inline(tmp_path, mon
     """In a notebook a claim that fails shows ✗ and raises (never sys.exit, which would end
     the kernel); figures appear inline without --figures, and nothing is written to disk."""
     monkeypatch.setenv("NANOSPEC_FIGURES", str(tmp_path))
-    nb = notebook("from nanospec.teach import claim, figure\n"
-                  "figure('line', lambda ax: ax.plot([0, 1], [1, 0]))",
-                  "claim(True, 'two is even')",
-                  "claim(False, 'three is even')",
-                  "print('never reached')")
+    nb = notebook(
+        "from nanospec.teach import claim, figure\n"
+        "figure('line', lambda ax: ax.plot([0, 1], [1, 0]))",
+        "claim(True, 'two is even')",
+        "claim(False, 'three is even')",
+        "print('never reached')",
+    )
     with pytest.raises(CellExecutionError) as stopped:
         execute(nb, timeout=120)
     assert "ClaimFailed" in str(stopped.value) and "three is even" in str(stopped.value)
@@ -80,9 +83,13 @@ def test_in_a_kernel_a_failed_claim_raises_and_figures_show_inline(tmp_path, mon
 
 def test_make_lessons_runs_every_lesson_and_lists_each_failure(tmp_path, monkeypatch, capsys):
     from nanospec import teach
+
     lessons = []
-    for name, body in (("01_fails.py", "import sys; sys.exit(1)"), ("02_holds.py", "pass"),
-                       ("03_fails.py", "raise SystemExit(1)")):
+    for name, body in (
+        ("01_fails.py", "import sys; sys.exit(1)"),
+        ("02_holds.py", "pass"),
+        ("03_fails.py", "raise SystemExit(1)"),
+    ):
         lessons.append(tmp_path / name)
         lessons[-1].write_text(body)
     monkeypatch.setattr(teach, "lesson_files", lambda: lessons)
@@ -91,7 +98,10 @@ def test_make_lessons_runs_every_lesson_and_lists_each_failure(tmp_path, monkeyp
     out = capsys.readouterr().out
     assert "2 of 3 lessons failed: 01_fails.py, 03_fails.py." in out
     assert set(json.loads((tmp_path / "out" / "timings.json").read_text())) == {
-        "01_fails.py", "02_holds.py", "03_fails.py"}
+        "01_fails.py",
+        "02_holds.py",
+        "03_fails.py",
+    }
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
@@ -117,8 +127,9 @@ def test_lesson_opens_as_a_notebook(path):
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_readme_lessons_index_lists_the_lesson(path):
     title = path.read_text(encoding="utf-8").splitlines()[1].split(" — ", 1)[1].strip()
-    row = next((line for line in README.splitlines()
-                if line.startswith(f"| {path.name[:2]} ")), None)
+    row = next(
+        (line for line in README.splitlines() if line.startswith(f"| {path.name[:2]} ")), None
+    )
     assert row is not None, f"README lessons index has no row for {path.name}"
     assert f"lessons/{path.name}" in row and title in row
     assert re.search(r"\| \d+ s \|", row), "the row quotes the lesson's run time"
@@ -127,6 +138,7 @@ def test_readme_lessons_index_lists_the_lesson(path):
 def test_figures_flag_writes_an_svg(tmp_path, monkeypatch):
     """A lesson run with --figures writes each figure as an SVG, all or nothing."""
     from nanospec import teach
+
     monkeypatch.setattr(sys, "argv", ["lesson.py", "--figures"])
     monkeypatch.setattr(teach, "FIGURES", tmp_path)
     teach.figure("04_output_law", lambda ax: ax.bar([0, 1, 2], [0.5, 0.3, 0.2]))
@@ -137,10 +149,13 @@ def test_figures_flag_writes_an_svg(tmp_path, monkeypatch):
 
 def test_a_lesson_that_fails_a_claim_exits_1_with_its_cross(tmp_path):
     script = tmp_path / "lesson.py"
-    script.write_text("from nanospec.teach import claim\n"
-                      "claim(1 + 1 == 3, 'one and one make three')\nprint('never reached')\n")
-    done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
+    script.write_text(
+        "from nanospec.teach import claim\n"
+        "claim(1 + 1 == 3, 'one and one make three')\nprint('never reached')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "✗ not true here: one and one make three" in done.stdout
     assert "never reached" not in done.stdout
@@ -148,16 +163,19 @@ def test_a_lesson_that_fails_a_claim_exits_1_with_its_cross(tmp_path):
 
 def test_figures_without_matplotlib_is_one_sentence_and_exit_2(monkeypatch, capsys):
     from nanospec import teach
+
     monkeypatch.setattr(sys, "argv", ["lesson.py", "--figures"])
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
     with pytest.raises(SystemExit) as done:
         teach.figure("never", lambda ax: None)
     assert done.value.code == 2
-    assert capsys.readouterr().out.strip() == \
-        "--figures needs matplotlib: pip install -e '.[figures]'"
+    assert (
+        capsys.readouterr().out.strip() == "--figures needs matplotlib: pip install -e '.[figures]'"
+    )
 
 
 def test_a_claim_prints_its_brackets(capsys):
     from nanospec import teach
+
     teach.claim(True, "the interval [lo, hi] holds [b]it[/b]")
     assert "[lo, hi] holds [b]it[/b]" in capsys.readouterr().out

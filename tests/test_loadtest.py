@@ -49,7 +49,12 @@ def test_the_statistics_of_one_request_by_hand():
     empty = Result(True, [], 1)  # the model ended at once: no text, no latency to report
     assert empty.ttft is empty.e2e is empty.tpot is None and empty.itl == []
     s = summarize([r, Result(True, [0.1, 0.3], 2), Result(False, error="HTTP 429: full.")], 2.0)
-    assert (s["requests"], s["completed"], s["failed"], s["errors"]) == (3, 2, 1, ["HTTP 429: full."])
+    assert (s["requests"], s["completed"], s["failed"], s["errors"]) == (
+        3,
+        2,
+        1,
+        ["HTTP 429: full."],
+    )
     assert s["output_tokens"] == 8 and s["tokens_per_s"] == 4.0 and s["requests_per_s"] == 1.0
     assert s["tokens_per_chunk"] == 8 / 5
     assert s["ttft_ms"]["p50"] == pytest.approx(300.0)  # the median of 0.5 and 0.1
@@ -58,8 +63,12 @@ def test_the_statistics_of_one_request_by_hand():
 
 
 def test_percentiles_by_hand():
-    assert percentiles([0.1, 0.2, 0.3, 0.4]) == {"p50": 250.0, "p90": 370.0, "p99": 397.0,
-                                                 "mean": 250.0}
+    assert percentiles([0.1, 0.2, 0.3, 0.4]) == {
+        "p50": 250.0,
+        "p90": 370.0,
+        "p99": 397.0,
+        "mean": 250.0,
+    }
     assert percentiles([None, 0.5]) == {"p50": 500.0, "p90": 500.0, "p99": 500.0, "mean": 500.0}
     assert percentiles([]) == {"p50": None, "p90": None, "p99": None, "mean": None}
 
@@ -68,6 +77,7 @@ def test_doctests():
     import doctest
 
     from nanospec.load import report as loadtest_report
+
     assert doctest.testmod(loadgen).failed == doctest.testmod(loadtest_report).failed == 0
 
 
@@ -84,20 +94,30 @@ def row(c, **tps):
 
 
 def test_the_crossover_and_the_adaptive_verdict_on_rows_made_by_hand():
-    rows = [row(1, ar=100, draft=180, adaptive=175), row(4, ar=300, draft=330, adaptive=300),
-            row(16, ar=400, draft=380, adaptive=400), row(64, ar=420, draft=500, adaptive=420)]
+    rows = [
+        row(1, ar=100, draft=180, adaptive=175),
+        row(4, ar=300, draft=330, adaptive=300),
+        row(16, ar=400, draft=380, adaptive=400),
+        row(64, ar=420, draft=500, adaptive=420),
+    ]
     assert crossover(rows) == 16  # the first level below AR, even though 64 recovers
     assert crossover(rows[:2]) is None and crossover(rows, "adaptive") is None
     assert crossover([row(1, draft=5)]) is None  # no AR to compare with
     within = adaptive_within(rows)
-    assert [(w["best"], w["ok"]) for w in within] == \
-        [("draft", True), ("draft", False), ("ar", True), ("draft", False)]
+    assert [(w["best"], w["ok"]) for w in within] == [
+        ("draft", True),
+        ("draft", False),
+        ("ar", True),
+        ("draft", False),
+    ]
     assert within[0]["share"] == round(175 / 180, 4)
     lines = verdict_lines(verdicts(rows, ["ar", "draft", "adaptive"]), 64)
     assert lines[0] == "crossover (draft below ar): at C = 16"
     assert lines[1] == "crossover (adaptive below ar): none up to C = 64"
-    assert lines[2].startswith("adaptive within 5% of the better of ar and draft at every "
-                               "level: no — C = 4: 91% of draft, C = 64: 84% of draft")
+    assert lines[2].startswith(
+        "adaptive within 5% of the better of ar and draft at every "
+        "level: no — C = 4: 91% of draft, C = 64: 84% of draft"
+    )
     assert verdicts([row(1, ar=1)], ["ar"]) == {"crossover": {}, "adaptive_within_5pct": []}
 
 
@@ -112,26 +132,51 @@ def test_every_table_fits_an_80_column_terminal_uncut(monkeypatch):
     from nanospec.load import crossover as engine_sweep
     from nanospec.load import report
     from nanospec.measure import tables
+
     screen = Console(file=io.StringIO(), width=80)
     monkeypatch.setattr(tables, "CONSOLE", screen)
     wide = {"p50": 123.4, "p90": 999.9, "p99": 1234.5, "mean": 200.0}
-    server = {"acceptance_rate": 0.81, "mean_acceptance_length": 4.22, "rss_bytes": 2**31,
-              "kv_cache_bytes": 2**28, "draft_state_bytes": 2**26}
-    run = {"tokens_per_s": 12345.6, "requests_per_s": 123.45, "tokens_per_chunk": 4.22,
-           "completed": 1024, "requests": 1024, "server": server,
-           **{f"{m}_ms": wide for m in ("ttft", "itl", "tpot", "e2e")}}
+    server = {
+        "acceptance_rate": 0.81,
+        "mean_acceptance_length": 4.22,
+        "rss_bytes": 2**31,
+        "kv_cache_bytes": 2**28,
+        "draft_state_bytes": 2**26,
+    }
+    run = {
+        "tokens_per_s": 12345.6,
+        "requests_per_s": 123.45,
+        "tokens_per_chunk": 4.22,
+        "completed": 1024,
+        "requests": 1024,
+        "server": server,
+        **{f"{m}_ms": wide for m in ("ttft", "itl", "tpot", "e2e")},
+    }
     strategies = ["ar", "draft", "adaptive", "vllm-disable"]
     rows = [{"concurrency": c, "rate": c, **{s: run for s in strategies}} for c in (1, 64)]
-    report.print_levels("facts, T = 1, 128 tokens a request, 1024 requests a level", rows,
-                        strategies)
+    report.print_levels(
+        "facts, T = 1, 128 tokens a request, 1024 requests a level", rows, strategies
+    )
     report.print_rates("facts", rows, strategies)
     mix = {"0": 0.5, "1": 0.1, "2": 0.15, "4": 0.25}
-    engine_rows = [{"slots": s, **{m: {"tokens_per_s": 12345.6, "gamma_share": mix if
-                                       m in ("adaptive", "disable") else None}
-                                   for m in ("ar", "draft", "adaptive", "disable")}}
-                   for s in (1, 64)]
-    engine_sweep.print_rows(engine_rows, ["ar", "draft", "adaptive", "disable"],
-                            "closed loop (γ = 4, T = 1, mixed, 128 tokens a request)")
+    engine_rows = [
+        {
+            "slots": s,
+            **{
+                m: {
+                    "tokens_per_s": 12345.6,
+                    "gamma_share": mix if m in ("adaptive", "disable") else None,
+                }
+                for m in ("ar", "draft", "adaptive", "disable")
+            },
+        }
+        for s in (1, 64)
+    ]
+    engine_sweep.print_rows(
+        engine_rows,
+        ["ar", "draft", "adaptive", "disable"],
+        "closed loop (γ = 4, T = 1, mixed, 128 tokens a request)",
+    )
     text = screen.file.getvalue()
     assert "1234.5" not in text and "1234" in text and "12346 (1.00×)" in text
     assert "0:50% 1:10% 2:15% 4:25%" in text
@@ -151,8 +196,13 @@ def test_vllm_disable_is_serves_own_reading_of_vllms_config():
     # The same strategies with another drafter: vLLM's name for it in the config.
     ngram = loadtest.serve_flags("vllm-disable", 4, 16, "ngram")
     assert speculative_config(ngram[1]) == {"method": "ngram", "gamma": 4, "disable_at": 16}
-    assert loadtest.serve_flags("adaptive", 7, 16, "ngram") == \
-        ["--method", "ngram", "--gamma", "7", "--adaptive"]
+    assert loadtest.serve_flags("adaptive", 7, 16, "ngram") == [
+        "--method",
+        "ngram",
+        "--gamma",
+        "7",
+        "--adaptive",
+    ]
     assert loadtest.serve_flags("draft", 7, 16, "eagle") == ["--method", "eagle", "--gamma", "7"]
     plan = loadtest.Plan(("ar",), ("facts",), (1,), 1, (), 8, 0.0, max_len=80)
     assert plan.serve_flags("ar") == ["--method", "ar", "--max-model-len", "80"]
@@ -162,9 +212,11 @@ def test_vllm_disable_is_serves_own_reading_of_vllms_config():
 def server(tiny_tokenizer):
     """A real server in this process: tiny draft and target models with room for the facts
     prompts (n_ctx 192), speculative at γ = 3, two slots."""
+
     def tiny(seed, name):
-        cfg = ModelConfig.from_dict({**ModelConfig.tiny(tiny_tokenizer.vocab_size, 192)
-                                     .to_dict(), "name": name})
+        cfg = ModelConfig.from_dict(
+            {**ModelConfig.tiny(tiny_tokenizer.vocab_size, 192).to_dict(), "name": name}
+        )
         return (cfg, *nnx.split(GPT(cfg, nnx.Rngs(seed))))
 
     bundle = Bundle(tiny_tokenizer, {"target": tiny(0, "target"), "draft": tiny(1, "draft")})
@@ -188,13 +240,34 @@ def test_a_load_test_of_a_running_server(server, tmp_path, monkeypatch, capsys):
     url, _ = server
     writes = []
     real_write = loadtest_command.atomic_write
-    monkeypatch.setattr(loadtest_command, "atomic_write",
-                        lambda p, d: (writes.append(p), real_write(p, d)))
+    monkeypatch.setattr(
+        loadtest_command, "atomic_write", lambda p, d: (writes.append(p), real_write(p, d))
+    )
     before = loadgen.scrape(url)
     out = tmp_path / "load.json"
-    assert main(["loadtest", "--url", url + "/v1", "--concurrency", "1,2", "--rates", "50",
-                 "--requests-per-level", "3", "--max-tokens", "8", "--json", str(out),
-                 "--plots", str(tmp_path / "plots"), "--ignore-eos"]) == 0
+    assert (
+        main(
+            [
+                "loadtest",
+                "--url",
+                url + "/v1",
+                "--concurrency",
+                "1,2",
+                "--rates",
+                "50",
+                "--requests-per-level",
+                "3",
+                "--max-tokens",
+                "8",
+                "--json",
+                str(out),
+                "--plots",
+                str(tmp_path / "plots"),
+                "--ignore-eos",
+            ]
+        )
+        == 0
+    )
     after = loadgen.scrape(url)
     assert writes == [out] and [p.name for p in tmp_path.iterdir() if p.is_file()] == [out.name]
     report = json.loads(out.read_text())
@@ -214,8 +287,10 @@ def test_a_load_test_of_a_running_server(server, tmp_path, monkeypatch, capsys):
             p = run[name]
             assert 0 <= p["p50"] <= p["p90"] <= p["p99"], (name, p)
         assert run["ttft_ms"]["p50"] <= run["e2e_ms"]["p50"]
-    assert sum(r["output_tokens"] for r in runs) == \
-        after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
+    assert (
+        sum(r["output_tokens"] for r in runs)
+        == after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
+    )
     assert set(found["crossover"]) == set() and found["adaptive_within_5pct"] == []
     for name in ("throughput-facts.svg", "tpot-facts.svg"):
         assert (tmp_path / "plots" / name).read_text().lstrip().startswith("<?xml")
@@ -285,20 +360,44 @@ def test_a_server_that_cannot_start_is_one_sentence_with_its_own(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(sys.platform == "win32",
-                    reason="on Windows SIGTERM is TerminateProcess: the server cannot exit 0")
+@pytest.mark.skipif(
+    sys.platform == "win32",
+    reason="on Windows SIGTERM is TerminateProcess: the server cannot exit 0",
+)
 def test_the_whole_command_launches_and_stops_servers(tmp_path):
     """The real thing on the shipped models: `nanospec serve` launched per strategy on a port
     the system picks, loaded, and stopped with SIGTERM (each exits 0)."""
     out = tmp_path / "load.json"
-    assert main(["--checkpoints", str(SHIPPED), "loadtest", "--strategies", "ar,draft",
-                 "--concurrency", "2", "--requests-per-level", "2", "--max-tokens", "8",
-                 "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--checkpoints",
+                str(SHIPPED),
+                "loadtest",
+                "--strategies",
+                "ar,draft",
+                "--concurrency",
+                "2",
+                "--requests-per-level",
+                "2",
+                "--max-tokens",
+                "8",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     (level,) = json.loads(out.read_text())["workloads"]["facts"]["levels"]
     for s in ("ar", "draft"):
-        assert level[s]["completed"] == 2 and 2 <= level[s]["output_tokens"] == \
-            level[s]["server"]["generation_tokens"] <= 16
+        assert (
+            level[s]["completed"] == 2
+            and 2 <= level[s]["output_tokens"] == level[s]["server"]["generation_tokens"] <= 16
+        )
         assert level[s]["server"]["rss_bytes"] > level[s]["server"]["kv_cache_bytes"] > 0
-    assert level["ar"]["server"]["draft_state_bytes"] == 0 < \
-        level["draft"]["server"]["draft_state_bytes"]
+    assert (
+        level["ar"]["server"]["draft_state_bytes"]
+        == 0
+        < level["draft"]["server"]["draft_state_bytes"]
+    )
     assert level["draft"]["server"]["acceptance_rate"] > 0.3  # trained models agree often

@@ -18,7 +18,7 @@ def reference(text: list[int], gamma: int, max_ngram: int, min_ngram: int):
     for n in range(max_ngram, min_ngram - 1, -1):
         if L <= n:
             continue
-        ends = [j for j in range(n - 1, L - 1) if text[j - n + 1:j + 1] == text[L - n:]]
+        ends = [j for j in range(n - 1, L - 1) if text[j - n + 1 : j + 1] == text[L - n :]]
         if ends:
             end = ends[0]
             return [text[end + 1 + i % (L - 1 - end)] for i in range(gamma)], n
@@ -26,9 +26,10 @@ def reference(text: list[int], gamma: int, max_ngram: int, min_ngram: int):
 
 
 def run(text, gamma, max_ngram=3, min_ngram=1, capacity=24):
-    seq = jnp.zeros(capacity, jnp.int32).at[:len(text)].set(jnp.array(text, jnp.int32))
-    drafts, n = jax.jit(lookup, static_argnums=(2, 3, 4))(seq, jnp.int32(len(text)), gamma,
-                                                          max_ngram, min_ngram)
+    seq = jnp.zeros(capacity, jnp.int32).at[: len(text)].set(jnp.array(text, jnp.int32))
+    drafts, n = jax.jit(lookup, static_argnums=(2, 3, 4))(
+        seq, jnp.int32(len(text)), gamma, max_ngram, min_ngram
+    )
     return np.asarray(drafts).tolist(), int(n)
 
 
@@ -61,8 +62,9 @@ def test_agrees_with_the_reference_on_random_texts(max_ngram, min_ngram):
     for _ in range(60):
         text = [rng.randrange(4) for _ in range(rng.randint(1, 20))]
         gamma = rng.choice([1, 3, 6])
-        assert run(text, gamma, max_ngram, min_ngram) == reference(text, gamma, max_ngram,
-                                                                   min_ngram), text
+        assert run(text, gamma, max_ngram, min_ngram) == reference(
+            text, gamma, max_ngram, min_ngram
+        ), text
 
 
 def test_the_drafter_proposes_point_masses_per_row():

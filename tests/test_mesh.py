@@ -35,12 +35,20 @@ def agreement(method: str) -> tuple[bool, int, str, str]:
     engine.warm([len(r.prompt) for r in GREEDY])
     compiles = []
     jax.monitoring.register_event_duration_secs_listener(
-        lambda event, secs, **kw: compiles.append(event)
-        if event == "/jax/core/compile/backend_compile_duration" else None)
+        lambda event, secs, **kw: (
+            compiles.append(event)
+            if event == "/jax/core/compile/backend_compile_duration"
+            else None
+        )
+    )
     spread = serve(engine, arrivals)
     kernel = engine.params["h"][0]["mlp"]["c_fc"]["kernel"].value
-    return (spread == alone, len(compiles), str(kernel.sharding.spec),
-            str(engine.state.cache.k[0].sharding.spec))
+    return (
+        spread == alone,
+        len(compiles),
+        str(kernel.sharding.spec),
+        str(engine.state.cache.k[0].sharding.spec),
+    )
 
 
 def test_on_a_2x2_mesh_greedy_tokens_equal_one_devices():
@@ -48,10 +56,19 @@ def test_on_a_2x2_mesh_greedy_tokens_equal_one_devices():
         from tests.test_mesh import agreement
         print([agreement(m) for m in ("ar", "draft", "ssd")])
     """)
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
-           "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, text=True,
-                          capture_output=True, timeout=900)
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "JAX_PLATFORMS": "cpu",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     for same, compiles, kernel, cache in eval(done.stdout.strip().splitlines()[-1]):
         assert same and compiles == 0
@@ -61,8 +78,10 @@ def test_on_a_2x2_mesh_greedy_tokens_equal_one_devices():
 
 def test_megatron_placement_by_module_name():
     (_, _, p), _ = tiny_pair()
-    specs = {jax.tree_util.keystr(path): weight_spec(path, x)
-             for path, x in jax.tree_util.tree_leaves_with_path(p)}
+    specs = {
+        jax.tree_util.keystr(path): weight_spec(path, x)
+        for path, x in jax.tree_util.tree_leaves_with_path(p)
+    }
     layer, P = "['h'][0]", jax.sharding.PartitionSpec
     assert specs[f"{layer}['attn']['c_attn']['kernel'].value"] == P(None, "model")  # columns
     assert specs[f"{layer}['attn']['c_attn']['bias'].value"] == P("model")

@@ -42,7 +42,7 @@ def test_cached_prefill_decode_and_block_match_full_recompute(model):
     # prefill 8, decode 1, verify a block of 5, decode 1, block of 5
     start = 0
     for n in (8, 1, 5, 1, 5):
-        logits, _, cache = forward(g, p, toks[:, start:start + n], _positions(B, n, start), cache)
+        logits, _, cache = forward(g, p, toks[:, start : start + n], _positions(B, n, start), cache)
         pieces.append(logits)
         start += n
     np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, atol=ATOL)

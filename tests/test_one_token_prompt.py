@@ -59,9 +59,11 @@ def first_round(kind: str, target, draft):
     A chain is a tree whose node i + 1 is draft x_{i+1}; node 0 is the last prompt token."""
     (cfg, g, p), (dcfg, dg, dp) = target, draft
     fixed = {"graphdef": g, "cfg": cfg, "drafter": DraftModel(dg, dcfg), "eos_id": -1}
-    loop = {"chain": Speculator(**fixed, gamma=GAMMA),
-            "ssd": SSDSpeculator(**fixed, gamma=GAMMA, fanout=(1,) * (GAMMA + 1)),
-            "tree": TreeSpeculator(**fixed, tree=TREE, top=False)}[kind]
+    loop = {
+        "chain": Speculator(**fixed, gamma=GAMMA),
+        "ssd": SSDSpeculator(**fixed, gamma=GAMMA, fanout=(1,) * (GAMMA + 1)),
+        "tree": TreeSpeculator(**fixed, tree=TREE, top=False),
+    }[kind]
     prompts = [[PROMPT_B[0]], PROMPT_B]
     tokens, lengths = pad_prompts(prompts, cfg.n_ctx)
     drafted = first_draft(loop, p, dp, tokens, lengths, HOT)
@@ -92,12 +94,14 @@ def test_the_first_rounds_laws_are_the_draft_models_own_from_one_token(kind):
             contexts.append(prompt + path)
             where.append((b, c))
     tokens, lengths = pad_prompts(contexts, draft[0].n_ctx)
-    logits, _, _ = forward(dg, dp, tokens, jnp.broadcast_to(jnp.arange(tokens.shape[1]),
-                                                             tokens.shape))
+    logits, _, _ = forward(
+        dg, dp, tokens, jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+    )
     expected = sampling_probs(logits[jnp.arange(len(contexts)), lengths - 1], HOT)  # (n, V)
     for (b, c), law in zip(where, np.asarray(expected)):
-        np.testing.assert_allclose(laws[b, c], law, atol=2e-5,
-                                   err_msg=f"row {b} (prompt {prompts[b]}), node {c}")
+        np.testing.assert_allclose(
+            laws[b, c], law, atol=2e-5, err_msg=f"row {b} (prompt {prompts[b]}), node {c}"
+        )
 
 
 # -- equivalence: every method, through the library's own registry ------------------------------
@@ -133,10 +137,10 @@ def cases():
     return chains + [(m, TREE) for m in ("draft", *KINDS)]  # ngram and SSD draft no trees
 
 
-@pytest.mark.parametrize("method,tree", cases(),
-                         ids=[f"{m}-{'tree' if t else 'chain'}" for m, t in cases()])
-def test_every_method_from_one_token_is_the_targets_greedy_text(bundle, greedy_text, method,
-                                                                  tree):
+@pytest.mark.parametrize(
+    "method,tree", cases(), ids=[f"{m}-{'tree' if t else 'chain'}" for m, t in cases()]
+)
+def test_every_method_from_one_token_is_the_targets_greedy_text(bundle, greedy_text, method, tree):
     """Exact at T = 0 (compared with `ar`); the first round's laws at T = 1 are finite; and the
     draft model, identical to the target here, has every draft accepted in every round."""
     cfg, _, params = bundle.models["target"]
@@ -204,12 +208,13 @@ def head_law(kind: str, heads, target, prompt: list[int], path: list[int]) -> np
             h, out = heads.layers[j](h, target.wte(jnp.asarray([token])))
         return law(out)
     # EAGLE: the real pairs (f_i, token i+1) for i ≤ L−2, then its own f̂ with each draft
-    pairs = [target.ln_f(hidden[:, :L - 1]), target.wte(tokens[:, 1:])]
+    pairs = [target.ln_f(hidden[:, : L - 1]), target.wte(tokens[:, 1:])]
     f_hat, cache = heads(*pairs, jnp.arange(L - 1)[None], heads.empty_cache(1, 32))
     f_hat = f_hat[:, -1]  # (1, C)
     for j, token in enumerate(path):
-        f_hat, cache = heads(f_hat[:, None], target.wte(jnp.asarray([[token]])),
-                             jnp.asarray([[L - 1 + j]]), cache)
+        f_hat, cache = heads(
+            f_hat[:, None], target.wte(jnp.asarray([[token]])), jnp.asarray([[L - 1 + j]]), cache
+        )
         f_hat = f_hat[:, 0]
     return law(f_hat)
 
@@ -223,8 +228,11 @@ def head_first_round(kind: str, shape: str):
     hc, hg, hp = shaken_heads(kind, cfg)
     drafter = DRAFTERS[kind](hg, hc, g)
     fixed = {"graphdef": g, "cfg": cfg, "drafter": drafter, "eos_id": -1}
-    loop = (TreeSpeculator(**fixed, tree=TREE, top=False) if shape == "tree"
-            else Speculator(**fixed, gamma=GAMMA))
+    loop = (
+        TreeSpeculator(**fixed, tree=TREE, top=False)
+        if shape == "tree"
+        else Speculator(**fixed, gamma=GAMMA)
+    )
     prompts = [[PROMPT_B[0]], PROMPT_B]
     tokens, lengths = pad_prompts(prompts, cfg.n_ctx)
     dparams = drafter.prepare(hp, p)
@@ -241,7 +249,8 @@ def head_first_round(kind: str, shape: str):
 @pytest.mark.parametrize("shape", ["chain", "tree"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_one_token_prompts_first_round_is_the_two_token_prompts_behind_the_targets_draft(
-        kind, shape):
+    kind, shape
+):
     """Node c's law, drafted after the prompt and the path to c's parent: for [t], the
     target's own law p₁ at the root, below it the law the head drafts from [t, x₁] (x₁ the
     root's child on the path); for the longer prompt, the head's law as ever."""
@@ -261,8 +270,12 @@ def test_a_one_token_prompts_first_round_is_the_two_token_prompts_behind_the_tar
                 expected = p1
             else:
                 expected = head_law(kind, heads, target, prompt + path[:1], path[1:])
-            np.testing.assert_allclose(laws[b, c], expected, atol=2e-5,
-                                       err_msg=f"{kind} {shape}: row {b}, node {c}, path {path}")
+            np.testing.assert_allclose(
+                laws[b, c],
+                expected,
+                atol=2e-5,
+                err_msg=f"{kind} {shape}: row {b}, node {c}, path {path}",
+            )
 
 
 @pytest.mark.parametrize("shape", ["chain", "tree"])
@@ -272,7 +285,8 @@ def test_a_heads_greedy_text_from_one_token_is_the_targets(kind, shape):
     _, _, loop, dparams, prompts, *_ = head_first_round(kind, shape)
     cfg, g, p = tiny_pair()[0]
     tokens, lengths = pad_prompts(prompts, cfg.n_ctx)
-    ar, _ = Decoder(graphdef=g, cfg=cfg, eos_id=-1).run(p, (), tokens, lengths,
-                                                       jax.random.key(0), GREEDY, MAX_NEW)
+    ar, _ = Decoder(graphdef=g, cfg=cfg, eos_id=-1).run(
+        p, (), tokens, lengths, jax.random.key(0), GREEDY, MAX_NEW
+    )
     state, stats = loop.run(p, dparams, tokens, lengths, jax.random.key(1), GREEDY, MAX_NEW)
     assert generated(state, lengths) == generated(ar, lengths)

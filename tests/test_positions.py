@@ -76,13 +76,14 @@ def test_drafts_and_acceptance_are_the_loops_first_round_at_every_start(bundle, 
     first = first_round(params, dparams, tokens, lengths)
     proposed = np.arange(GAMMA) < np.asarray(first.n_draft)[:, None]  # (rounds, γ)
     drafts = pos.drafts[b, j, 0]  # (rounds, γ)
-    np.testing.assert_array_equal(np.where(proposed, drafts, -1),
-                                  np.where(proposed, np.asarray(first.drafts), -1))
+    np.testing.assert_array_equal(
+        np.where(proposed, drafts, -1), np.where(proposed, np.asarray(first.drafts), -1)
+    )
     accepted = np.cumprod(pos.right[b, j, 0], axis=-1).sum(-1)  # (rounds,)
     np.testing.assert_array_equal(accepted, np.asarray(first.verdict.n_accepted))
     # The truth is the text's own tokens after each start.
     for r, (row, start) in enumerate(zip(b, pos.starts[b, j])):
-        assert pos.truth[row, j[r]].tolist() == text.seq[row, start:start + GAMMA].tolist()
+        assert pos.truth[row, j[r]].tolist() == text.seq[row, start : start + GAMMA].tolist()
 
 
 def test_a_draft_model_identical_to_the_target_accepts_every_draft(bundle, text):
@@ -114,9 +115,13 @@ def test_prompt_lookup_copies_a_repeating_text_as_the_docstring_says(tiny_model)
 
 def test_the_shares_by_hand():
     right = np.array([[1, 1, 0], [1, 0, 1], [0, 1, 1], [1, 1, 1]], bool)  # 4 rounds, γ = 3
-    pos = ByPosition(starts=np.zeros((1, 4), int), valid=np.ones((1, 4), bool),
-                     truth=np.zeros((1, 4, 3), int), drafts=np.zeros((1, 4, 1, 3), int),
-                     right=right[None, :, None])  # (B, J, D, γ) = (1, 4, 1, 3)
+    pos = ByPosition(
+        starts=np.zeros((1, 4), int),
+        valid=np.ones((1, 4), bool),
+        truth=np.zeros((1, 4, 3), int),
+        drafts=np.zeros((1, 4, 1, 3), int),
+        right=right[None, :, None],
+    )  # (B, J, D, γ) = (1, 4, 1, 3)
     np.testing.assert_allclose(pos.top1, [[0.75, 0.75, 0.75]])
     np.testing.assert_allclose(pos.accepted, [[0.75, 0.5, 0.25]])
     np.testing.assert_allclose(pos.reached, [[0.75, 2 / 3, 0.5]])

@@ -36,8 +36,9 @@ def three_ways(bundle, method, prompt_ids, gamma, sp, seed, max_new):
     cfg, graphdef, params = target
     drafter, dparams = bundle.drafter(method)
     key = jax.random.key(seed)
-    reference = speculative_sampling(target, drafter, dparams, prompt_ids, gamma, sp, key,
-                                     max_new, eos)
+    reference = speculative_sampling(
+        target, drafter, dparams, prompt_ids, gamma, sp, key, max_new, eos
+    )
     spec = Speculator(graphdef=graphdef, cfg=cfg, drafter=drafter, gamma=gamma, eos_id=eos)
     tokens, lengths = pad_prompts([prompt_ids], cfg.n_ctx)
     state, _ = spec.run(params, dparams, tokens, lengths, key, sp, max_new)
@@ -61,7 +62,7 @@ def test_they_agree_at_the_contexts_end(bundle, method):
     """A prompt 6 tokens short of the context: the last rounds draft fewer than γ = 4, and
     every loop stops with the context full (n_ctx tokens), as autoregressive decoding would."""
     cfg = bundle.models["target"][0]
-    ids = bundle.tok.encode_prompt(FACTS * 20)[:cfg.n_ctx - 6]
+    ids = bundle.tok.encode_prompt(FACTS * 20)[: cfg.n_ctx - 6]
     reference, fused, stepwise = three_ways(bundle, method, ids, 4, SamplingParams.make(1.0), 3, 20)
     assert len(reference) == 6
     assert reference == fused == stepwise

@@ -51,8 +51,12 @@ def test_ties_at_the_top_k_cut_are_all_kept():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.floats(-8, 8), min_size=2, max_size=12), st.floats(0.05, 3.0),
-       st.integers(0, 12), st.floats(0.05, 1.0))
+@given(
+    st.lists(st.floats(-8, 8), min_size=2, max_size=12),
+    st.floats(0.05, 3.0),
+    st.integers(0, 12),
+    st.floats(0.05, 1.0),
+)
 def test_result_is_a_distribution_supported_inside_the_top_k(logits, t, k, top_p):
     logits = jnp.array(logits, jnp.float32)
     p = np.asarray(sampling_probs(logits, SamplingParams.make(t, k, top_p)), np.float64)
@@ -68,8 +72,12 @@ def test_result_is_a_distribution_supported_inside_the_top_k(logits, t, k, top_p
 
 def test_changing_settings_does_not_recompile():
     f = jax.jit(sampling_probs)
-    for sp in (SamplingParams.make(1.0), SamplingParams.make(0.3, 5, 0.9), GREEDY,
-               SamplingParams.make(2.0, 0, 0.5)):
+    for sp in (
+        SamplingParams.make(1.0),
+        SamplingParams.make(0.3, 5, 0.9),
+        GREEDY,
+        SamplingParams.make(2.0, 0, 0.5),
+    ):
         f(LOGITS, sp)
     assert f._cache_size() == 1
 
@@ -95,6 +103,7 @@ def test_a_rows_draw_does_not_depend_on_the_rest_of_the_batch():
 def test_the_cli_rejects_out_of_range_settings(bad):
     from nanospec.cli import check_sampling
     from nanospec.errors import UserError
+
     kw = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, **bad}
     with pytest.raises(UserError):
         check_sampling(**kw)
@@ -107,8 +116,8 @@ def test_settings_per_row_give_each_row_exactly_its_own_law():
     per_row = SamplingParams(*(jnp.asarray(x) for x in zip(*rows)))
     got = sampling_probs(logits, per_row)
     for b, setting in enumerate(rows):
-        alone = sampling_probs(logits[b:b + 1], SamplingParams.make(*setting))
-        assert jnp.array_equal(got[b:b + 1], alone), setting
+        alone = sampling_probs(logits[b : b + 1], SamplingParams.make(*setting))
+        assert jnp.array_equal(got[b : b + 1], alone), setting
     # all greedy, or no row cut: the branches skipped still give each row its law
     greedy = SamplingParams(*(jnp.asarray(x) for x in zip(*[(0.0, 0, 1.0)] * 5)))
     assert jnp.array_equal(sampling_probs(logits, greedy), sampling_probs(logits, GREEDY))
@@ -123,14 +132,17 @@ def test_a_hold_takes_its_tokens_out_before_the_temperature_and_the_cuts():
     p = sampling_probs(jnp.stack([LOGITS] * 3), sp, made=jnp.array([1, 2, 3]))
     np.testing.assert_array_equal(p, [[0, 1, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0]])
     warm = SamplingParams.make(1.0, min_new=2, held=np.array([True, False, False, False]))
-    np.testing.assert_allclose(sampling_probs(LOGITS, warm, made=0),
-                               jax.nn.softmax(LOGITS.at[0].set(-jnp.inf)), rtol=1e-6)
+    np.testing.assert_allclose(
+        sampling_probs(LOGITS, warm, made=0), jax.nn.softmax(LOGITS.at[0].set(-jnp.inf)), rtol=1e-6
+    )
     no_made = sampling_probs(LOGITS, warm)  # `made` left out: nothing held
     assert jnp.array_equal(no_made, sampling_probs(LOGITS, SamplingParams.make()))
     # per row (the engine's form): row b's hold counts row b's tokens made
     rows = SamplingParams.make(0.0, min_new=0, held=np.zeros(4, bool)).per_row(3)
-    rows = rows._replace(min_new=jnp.array([0, 2, 5]),
-                         held=jnp.array([[1, 0, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0]], bool))
+    rows = rows._replace(
+        min_new=jnp.array([0, 2, 5]),
+        held=jnp.array([[1, 0, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0]], bool),
+    )
     made = jnp.array([[0, 1], [1, 2], [3, 4]])  # (B, 2 positions)
     got = sampling_probs(jnp.broadcast_to(LOGITS, (3, 2, 4)), rows, made)
     assert np.asarray(got).argmax(-1).tolist() == [[0, 0], [1, 0], [2, 2]]

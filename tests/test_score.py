@@ -49,11 +49,10 @@ def test_logprobs_are_the_verify_pass_laws_for_every_emitted_token(models):
     tokens, lengths = pad_prompts([prompt], cfg.n_ctx)
     spec = Speculator(graphdef=g, cfg=cfg, drafter=DraftModel(dg, dcfg), gamma=3, eos_id=-1)
     text, seen, accepted, resampled = list(prompt), [], 0, 0
-    for rnd in spec.rounds(p, dp, tokens, lengths, jax.random.key(3), SamplingParams.make(1.0),
-                           40):
+    for rnd in spec.rounds(p, dp, tokens, lengths, jax.random.key(3), SamplingParams.make(1.0), 40):
         t = jax.tree.map(lambda x: np.asarray(x)[0], rnd.trace)
-        n, emitted = int(t.verdict.n_accepted), t.emitted[:int(t.n_emitted)].tolist()
-        probs = [*t.verdict.p_x[:n], t.token_p][:len(emitted)]
+        n, emitted = int(t.verdict.n_accepted), t.emitted[: int(t.n_emitted)].tolist()
+        probs = [*t.verdict.p_x[:n], t.token_p][: len(emitted)]
         seen += [(len(text) + i, pr) for i, pr in enumerate(probs)]
         text += emitted
         accepted, resampled = accepted + n, resampled + (not t.verdict.is_bonus)

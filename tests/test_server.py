@@ -100,15 +100,18 @@ def alone(engine, request: Request) -> list[int]:
 
 
 def tiny(tok, seed: int, name: str):
-    cfg = ModelConfig.from_dict({**ModelConfig.tiny(vocab_size=tok.vocab_size, n_ctx=64)
-                                 .to_dict(), "name": name})
+    cfg = ModelConfig.from_dict(
+        {**ModelConfig.tiny(vocab_size=tok.vocab_size, n_ctx=64).to_dict(), "name": name}
+    )
     graphdef, params = nnx.split(GPT(cfg, nnx.Rngs(seed)))
     return cfg, graphdef, params
 
 
 # (prompt, max_tokens, temperature, top_k, top_p, seed): greedy, and sampled with every filter.
-CASES = [("The capital of France is", 12, 0.0, 0, 1.0, 0),
-         ("The quick brown fox", 30, 1.0, 50, 0.95, 7)]
+CASES = [
+    ("The capital of France is", 12, 0.0, 0, 1.0, 0),
+    ("The quick brown fox", 30, 1.0, 50, 0.95, 7),
+]
 
 
 class Live:
@@ -156,11 +159,15 @@ def serve_in_thread(app):
 
 @pytest.fixture(scope="module")
 def live(tiny_tokenizer):
-    bundle = Bundle(tiny_tokenizer, {"target": tiny(tiny_tokenizer, 0, "target"),
-                                     "draft": tiny(tiny_tokenizer, 1, "draft")})
+    bundle = Bundle(
+        tiny_tokenizer,
+        {"target": tiny(tiny_tokenizer, 0, "target"), "draft": tiny(tiny_tokenizer, 1, "draft")},
+    )
     gate = Gate(build_engine(bundle, "draft", gamma=3, slots=2))
-    references = {case: alone(gate, Request(tiny_tokenizer.encode_prompt(case[0]), *case[1:]))
-                  for case in CASES}
+    references = {
+        case: alone(gate, Request(tiny_tokenizer.encode_prompt(case[0]), *case[1:]))
+        for case in CASES
+    }
     app = build_app(gate, tiny_tokenizer, "nanospec", max_queue=MAX_QUEUE)
     server, thread, port = serve_in_thread(app)
     live = Live(app, gate, tiny_tokenizer, port)
@@ -174,9 +181,16 @@ def live(tiny_tokenizer):
 
 def create(client, case, **kw):
     prompt, max_tokens, temperature, top_k, top_p, seed = case
-    return client.completions.create(model="nanospec", prompt=prompt, max_tokens=max_tokens,
-                                     temperature=temperature, top_p=top_p, seed=seed,
-                                     extra_body={"top_k": top_k}, **kw)
+    return client.completions.create(
+        model="nanospec",
+        prompt=prompt,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        extra_body={"top_k": top_k},
+        **kw,
+    )
 
 
 def text_of(tok, tokens: list[int]) -> str:
@@ -192,19 +206,27 @@ def test_the_openai_client_gets_the_engines_tokens_streamed_or_not(live, case):
     assert whole.choices[0].text == text_of(live.tok, want)
     assert whole.choices[0].finish_reason == reason
     prompt_tokens = len(live.tok.encode_prompt(case[0]))
-    assert (whole.usage.prompt_tokens, whole.usage.completion_tokens,
-            whole.usage.total_tokens) == (prompt_tokens, len(want), prompt_tokens + len(want))
+    assert (whole.usage.prompt_tokens, whole.usage.completion_tokens, whole.usage.total_tokens) == (
+        prompt_tokens,
+        len(want),
+        prompt_tokens + len(want),
+    )
 
-    chunks = list(create(live.client(), case, stream=True,
-                         stream_options={"include_usage": True}))
+    chunks = list(create(live.client(), case, stream=True, stream_options={"include_usage": True}))
     texts = [c.choices[0].text for c in chunks if c.choices]
     assert "".join(texts) == whole.choices[0].text and len(texts) > 1
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == reason
     assert all(c.id == chunks[0].id for c in chunks)
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(want)
     # vLLM's continuous_usage_stats (guidellm asks for it): the counts so far in every chunk
-    counted = list(create(live.client(), case, stream=True, stream_options={
-        "include_usage": True, "continuous_usage_stats": True}))
+    counted = list(
+        create(
+            live.client(),
+            case,
+            stream=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True},
+        )
+    )
     so_far = [c.usage.completion_tokens for c in counted]
     assert so_far == sorted(so_far) and so_far[-1] == len(want)
     assert all(c.usage.prompt_tokens == prompt_tokens for c in counted)
@@ -224,8 +246,9 @@ def test_metrics_count_what_the_clients_received(live):
     delta = {k: after[k] - before.get(k, 0) for k in after}
     assert delta["vllm:generation_tokens_total"] == sum(r.usage.completion_tokens for r in got)
     assert delta["vllm:prompt_tokens_total"] == sum(r.usage.prompt_tokens for r in got)
-    assert delta["vllm:request_success_total{stop}"] + \
-        delta["vllm:request_success_total{length}"] == len(got)
+    assert delta["vllm:request_success_total{stop}"] + delta[
+        "vllm:request_success_total{length}"
+    ] == len(got)
     for name in ("time_to_first_token", "e2e_request_latency"):
         assert delta[f"vllm:{name}_seconds_count"] == len(got)
         assert delta[f"vllm:{name}_seconds_sum"] > 0
@@ -246,8 +269,12 @@ BAD = [  # (what is wrong, body: a dict or raw text, status, param)
     ("not JSON", "{not json", 400, None),
     ("not an object", [1, 2], 400, None),
     ("unknown field", {**GOOD, "frobnicate": 1}, 400, "frobnicate"),
-    ("unknown nested field", {**GOOD, "stream_options": {"include_usage": True, "extra": 1}},
-     400, "stream_options.extra"),
+    (
+        "unknown nested field",
+        {**GOOD, "stream_options": {"include_usage": True, "extra": 1}},
+        400,
+        "stream_options.extra",
+    ),
     ("no prompt", {"model": "nanospec"}, 400, "prompt"),
     ("prompt of wrong type", {**GOOD, "prompt": 7}, 400, "prompt"),
     ("seventeen prompts", {**GOOD, "prompt": ["one"] * 17}, 400, "prompt"),
@@ -267,8 +294,12 @@ BAD = [  # (what is wrong, body: a dict or raw text, status, param)
     ("top_k past int32", {**GOOD, "top_k": 2**31}, 400, "top_k"),
     ("seed past int32", {**GOOD, "seed": 2**31}, 400, "seed"),
     ("max_tokens past int32", {**GOOD, "max_tokens": 2**31}, 400, "max_tokens"),
-    ("infinite temperature", '{"model": "nanospec", "prompt": "a", "temperature": Infinity}',
-     400, "temperature"),
+    (
+        "infinite temperature",
+        '{"model": "nanospec", "prompt": "a", "temperature": Infinity}',
+        400,
+        "temperature",
+    ),
     ("temperature 1e308", {**GOOD, "temperature": 1e308}, 400, "temperature"),
     ("temperature 100", {**GOOD, "temperature": 100}, 400, "temperature"),
     ("NaN top_p", '{"model": "nanospec", "prompt": "a", "top_p": NaN}', 400, "top_p"),
@@ -280,8 +311,9 @@ BAD = [  # (what is wrong, body: a dict or raw text, status, param)
 @pytest.mark.parametrize("body, status, param", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
 def test_a_bad_request_gets_its_status_and_openai_error_shape(live, body, status, param):
     raw = body if isinstance(body, str) else json.dumps(body)
-    r = httpx.post(live.url + "/v1/completions", content=raw,
-                   headers={"Content-Type": "application/json"})
+    r = httpx.post(
+        live.url + "/v1/completions", content=raw, headers={"Content-Type": "application/json"}
+    )
     assert r.status_code == status, r.text
     error = r.json()["error"]
     assert set(r.json()) == {"error"} and set(error) == {"message", "type", "param", "code"}
@@ -294,13 +326,23 @@ def test_other_mistakes_have_the_error_shape_too(live):
     no_json = httpx.post(live.url + "/v1/completions", content="model=nanospec")
     assert no_json.status_code == 400 and "Content-Type" in no_json.json()["error"]["message"]
     nothing = httpx.get(live.url + "/v1/nothing").json()["error"]["message"]
-    assert nothing.startswith("GET /v1/nothing is not served here") and "/v1/completions" in \
-        nothing
+    assert nothing.startswith("GET /v1/nothing is not served here") and "/v1/completions" in nothing
     # The standard fields the official client may send, at values that ask for nothing, pass.
     ok = live.client().completions.create(
-        model="nanospec", prompt="The", max_tokens=2, n=1, echo=False, best_of=1,
-        logprobs=None, presence_penalty=0, frequency_penalty=0, logit_bias={}, user="u1",
-        suffix=None, stop=None)
+        model="nanospec",
+        prompt="The",
+        max_tokens=2,
+        n=1,
+        echo=False,
+        best_of=1,
+        logprobs=None,
+        presence_penalty=0,
+        frequency_penalty=0,
+        logit_bias={},
+        user="u1",
+        suffix=None,
+        stop=None,
+    )
     assert ok.choices[0].finish_reason in ("stop", "length")
 
 
@@ -308,9 +350,11 @@ def hang_up(live, body: dict) -> None:
     """Send a request and close the connection without waiting for any answer."""
     raw = json.dumps(body).encode()
     with socket.create_connection(("127.0.0.1", int(live.url.rsplit(":", 1)[1]))) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: test\r\n"
-                  b"Content-Type: application/json\r\n"
-                  b"Content-Length: %d\r\n\r\n%s" % (len(raw), raw))
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: test\r\n"
+            b"Content-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(raw), raw)
+        )
 
 
 def test_a_full_queue_is_429_and_a_waiting_client_that_leaves_is_dropped(live):
@@ -326,8 +370,13 @@ def test_a_full_queue_is_429_and_a_waiting_client_that_leaves_is_dropped(live):
     eventually(lambda: live.metrics()["vllm:num_requests_running"] == 1, "first running")
     # A client that queues and leaves is dropped from the queue without ever running.
     hang_up(live, {**GOOD, "stream": True})
-    eventually(lambda: live.metrics()["vllm:request_success_total{abort}"] ==
-               before["vllm:request_success_total{abort}"] + 1, "the leaver dropped")
+    eventually(
+        lambda: (
+            live.metrics()["vllm:request_success_total{abort}"]
+            == before["vllm:request_success_total{abort}"] + 1
+        ),
+        "the leaver dropped",
+    )
     assert live.metrics()["vllm:num_requests_waiting"] == 0
     # ... and while the first decodes (its step held), two more wait: one for the slot the
     # held engine cannot fill yet, one in the queue (of one). Slots and queue are all taken.
@@ -345,8 +394,10 @@ def test_a_full_queue_is_429_and_a_waiting_client_that_leaves_is_dropped(live):
         t.join()
     want = text_of(live.tok, live.reference[CASES[1]])
     assert [results[n].choices[0].text for n in ("first", "second", "third")] == [want] * 3
-    assert live.metrics()["vllm:prompt_tokens_total"] == before["vllm:prompt_tokens_total"] + \
-        3 * results["first"].usage.prompt_tokens  # the leaver was never prefilled
+    assert (
+        live.metrics()["vllm:prompt_tokens_total"]
+        == before["vllm:prompt_tokens_total"] + 3 * results["first"].usage.prompt_tokens
+    )  # the leaver was never prefilled
 
 
 def test_a_burst_fills_every_slot_and_the_queue_before_a_429(live):
@@ -359,16 +410,19 @@ def test_a_burst_fills_every_slot_and_the_queue_before_a_429(live):
     results = {}
 
     def ask(i):
-        results[i] = httpx.post(live.url + "/v1/completions", timeout=120,
-                                json={**GOOD, "max_tokens": 4, "seed": i})
+        results[i] = httpx.post(
+            live.url + "/v1/completions", timeout=120, json={**GOOD, "max_tokens": 4, "seed": i}
+        )
 
     burst = [threading.Thread(target=ask, args=(i,)) for i in range(slots + MAX_QUEUE + k)]
     try:
         for t in burst:
             t.start()
         s = live.scheduler
-        eventually(lambda: len(results) + len(s.waiting) + len(s.admitting) + len(s.running)
-                   == len(burst), "every request answered or in flight")
+        eventually(
+            lambda: len(results) + len(s.waiting) + len(s.admitting) + len(s.running) == len(burst),
+            "every request answered or in flight",
+        )
         refused = [r for r in results.values() if r.status_code == 429]
         assert len(refused) == len(results) == k, [r.text for r in results.values()]
         assert refused[0].json()["error"]["type"] == "rate_limit_error"
@@ -376,8 +430,9 @@ def test_a_burst_fills_every_slot_and_the_queue_before_a_429(live):
         live.gate.inserts.set()
         for t in burst:
             t.join()
-    assert sorted(r.status_code for r in results.values()) == [200] * (slots + MAX_QUEUE) + \
-        [429] * k
+    assert (
+        sorted(r.status_code for r in results.values()) == [200] * (slots + MAX_QUEUE) + [429] * k
+    )
 
 
 def test_a_non_streaming_client_that_disconnects_is_cancelled_within_a_step(live):
@@ -394,29 +449,45 @@ def test_a_non_streaming_client_that_disconnects_is_cancelled_within_a_step(live
         socks = []
         for _ in range(n):
             socks.append(socket.create_connection(("127.0.0.1", int(live.url.rsplit(":")[-1]))))
-            socks[-1].sendall(b"POST /v1/completions HTTP/1.1\r\nHost: test\r\n"
-                              b"Content-Type: application/json\r\n"
-                              b"Content-Length: %d\r\n\r\n%s" % (len(raw), raw))
-        eventually(lambda: len(live.scheduler.running) == live.gate.n_slots and
-                   live.metrics()["vllm:generation_tokens_total"] >
-                   before["vllm:generation_tokens_total"], "every slot decoding")
+            socks[-1].sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: test\r\n"
+                b"Content-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(raw), raw)
+            )
+        eventually(
+            lambda: (
+                len(live.scheduler.running) == live.gate.n_slots
+                and live.metrics()["vllm:generation_tokens_total"]
+                > before["vllm:generation_tokens_total"]
+            ),
+            "every slot decoding",
+        )
         live.gate.cancelled_at.clear()
         at_close = live.gate.steps
         for s in socks:
             s.close()
-        eventually(lambda: not live.scheduler.running and not live.scheduler.waiting,
-                   "every slot free")
+        eventually(
+            lambda: not live.scheduler.running and not live.scheduler.waiting, "every slot free"
+        )
     finally:
         live.gate.pace = 0.0
-    eventually(lambda: live.metrics()["vllm:request_success_total{abort}"] ==
-               before["vllm:request_success_total{abort}"] + n, "all of them aborted", limit=5)
+    eventually(
+        lambda: (
+            live.metrics()["vllm:request_success_total{abort}"]
+            == before["vllm:request_success_total{abort}"] + n
+        ),
+        "all of them aborted",
+        limit=5,
+    )
     after = live.metrics()
     assert len(live.gate.cancelled_at) == live.gate.n_slots  # the waiting one left the queue
     # (the step running at the close, one more, and one for a busy machine)
     assert max(live.gate.cancelled_at) - at_close <= 3, (at_close, live.gate.cancelled_at)
     for reason in ("stop", "length"):  # none ran to its end
-        assert after[f"vllm:request_success_total{{{reason}}}"] == \
-            before[f"vllm:request_success_total{{{reason}}}"]
+        assert (
+            after[f"vllm:request_success_total{{{reason}}}"]
+            == before[f"vllm:request_success_total{{{reason}}}"]
+        )
     assert after["vllm:num_requests_running"] == after["vllm:num_requests_waiting"] == 0
 
 
@@ -426,13 +497,17 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(live):
     body = {**GOOD, "max_tokens": 40, "temperature": 0, "seed": 0, "stream": True}
     with httpx.stream("POST", live.url + "/v1/completions", json=body) as r:
         assert r.status_code == 200  # the headers came: it is decoding; now hang up
-    eventually(lambda: any(j.cancelled for j in live.scheduler.running.values()),
-               "the server saw the client go")
+    eventually(
+        lambda: any(j.cancelled for j in live.scheduler.running.values()),
+        "the server saw the client go",
+    )
     live.gate.open()
     eventually(lambda: live.metrics()["vllm:num_requests_running"] == 0, "the slot is free")
     after = live.metrics()
-    assert after["vllm:request_success_total{abort}"] == \
-        before["vllm:request_success_total{abort}"] + 1
+    assert (
+        after["vllm:request_success_total{abort}"]
+        == before["vllm:request_success_total{abort}"] + 1
+    )
     assert live.gate.free_slots == live.gate.n_slots
     again = create(live.client(), CASES[0])  # and the server goes on serving
     assert again.choices[0].text == text_of(live.tok, live.reference[CASES[0]])
@@ -440,15 +515,18 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(live):
 
 def stop_for(text: str) -> str:
     """A two-character stop string from the middle of `text` (printable ASCII)."""
-    return next(text[i:i + 2] for i in range(3, len(text) - 1)
-                if text[i:i + 2].isascii() and text[i:i + 2].isprintable())
+    return next(
+        text[i : i + 2]
+        for i in range(3, len(text) - 1)
+        if text[i : i + 2].isascii() and text[i : i + 2].isprintable()
+    )
 
 
 def test_stop_strings_cut_the_text_and_free_the_slot(live):
     case = CASES[1]
     full = text_of(live.tok, live.reference[case])
     stop = stop_for(full)
-    want = full[:full.index(stop)]
+    want = full[: full.index(stop)]
     whole = create(live.client(), case, stop=[stop, "never-in-here"])
     assert whole.choices[0].text == want and whole.choices[0].finish_reason == "stop"
     assert whole.usage.completion_tokens < len(live.reference[case])
@@ -498,12 +576,17 @@ def test_text_stream_counts_a_stop_string_only_where_it_ends_after_min_tokens(ti
 
 
 def test_speculative_config_is_read_like_vllms(capsys):
-    assert speculative_config('{"method": "draft_model", "num_speculative_tokens": 4}') == \
-        {"method": "draft", "gamma": 4}
+    assert speculative_config('{"method": "draft_model", "num_speculative_tokens": 4}') == {
+        "method": "draft",
+        "gamma": 4,
+    }
     assert speculative_config('{"method": "eagle"}') == {"method": "eagle"}
-    for bad, fragment in (("{oops", "JSON"), ('{"method": "suffix"}', "method"),
-                          ('{"method": "ngram", "model": "x"}', "does not know model"),
-                          ('{"method": "ngram", "num_speculative_tokens": 0}', "1 to 32")):
+    for bad, fragment in (
+        ("{oops", "JSON"),
+        ('{"method": "suffix"}', "method"),
+        ('{"method": "ngram", "model": "x"}', "does not know model"),
+        ('{"method": "ngram", "num_speculative_tokens": 0}', "1 to 32"),
+    ):
         assert main(["serve", "--speculative-config", bad]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and fragment in err and "Traceback" not in err
@@ -515,15 +598,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve_process(python_args: list[str], *flags: str,
-                  checkpoints=SHIPPED) -> tuple[subprocess.Popen, str]:
+def serve_process(
+    python_args: list[str], *flags: str, checkpoints=SHIPPED
+) -> tuple[subprocess.Popen, str]:
     """`nanospec serve FLAGS` on `checkpoints` (default the shipped ones) as its own process
     (started by `python PYTHON_ARGS`), and its URL, once /health answers 200."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, *python_args, "--checkpoints", str(checkpoints), "serve", "--port",
-         str(port), *flags], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-        stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            *python_args,
+            "--checkpoints",
+            str(checkpoints),
+            "serve",
+            "--port",
+            str(port),
+            *flags,
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def up():
@@ -532,6 +628,7 @@ def serve_process(python_args: list[str], *flags: str,
             return httpx.get(url + "/health").status_code == 200
         except httpx.TransportError:
             return False
+
     try:
         eventually(up, "the server is up", limit=300)
     except BaseException:
@@ -541,36 +638,50 @@ def serve_process(python_args: list[str], *flags: str,
     return proc, url
 
 
-@pytest.mark.skipif(sys.platform == "win32",
-                    reason="on Windows SIGTERM is TerminateProcess: there is no drain to test")
+@pytest.mark.skipif(
+    sys.platform == "win32",
+    reason="on Windows SIGTERM is TerminateProcess: there is no drain to test",
+)
 def test_nanospec_serve_streams_and_drains_on_sigterm():
     """The real command on the shipped checkpoints, as a process: the same text streamed or
     not, then SIGTERM while a stream is in flight — it ends normally and the process exits 0.
     With --max-model-len: /v1/models says it, and a prompt past it is a 400."""
-    proc, url = serve_process(["-m", "nanospec"], "--speculative-config",
-                              '{"method": "draft_model", "num_speculative_tokens": 4}',
-                              "--slots", "2", "--max-model-len", "200")
+    proc, url = serve_process(
+        ["-m", "nanospec"],
+        "--speculative-config",
+        '{"method": "draft_model", "num_speculative_tokens": 4}',
+        "--slots",
+        "2",
+        "--max-model-len",
+        "200",
+    )
     try:
         assert httpx.get(url + "/v1/models").json()["data"][0]["max_model_len"] == 200
-        long = httpx.post(url + "/v1/completions", json={"model": "nanospec",
-                                                        "prompt": "Paris, " * 120})
+        long = httpx.post(
+            url + "/v1/completions", json={"model": "nanospec", "prompt": "Paris, " * 120}
+        )
         assert long.status_code == 400 and "holds 200" in long.json()["error"]["message"]
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-        ask = dict(model="nanospec", prompt="The capital of France is", max_tokens=24,
-                   temperature=0)
+        ask = dict(
+            model="nanospec", prompt="The capital of France is", max_tokens=24, temperature=0
+        )
         whole = client.completions.create(**ask).choices[0].text
-        streamed = "".join(c.choices[0].text for c in client.completions.create(**ask,
-                                                                               stream=True))
+        streamed = "".join(c.choices[0].text for c in client.completions.create(**ask, stream=True))
         assert whole == streamed and whole.startswith(" Paris")
         # max_tokens must fit the context after the prompt (vLLM's rule): 8 + 200 > 200.
-        over = httpx.post(url + "/v1/completions", json={
-            "model": "nanospec", "prompt": "def capital_of(country):", "max_tokens": 200})
+        over = httpx.post(
+            url + "/v1/completions",
+            json={"model": "nanospec", "prompt": "def capital_of(country):", "max_tokens": 200},
+        )
         assert over.status_code == 400 and over.json()["error"]["param"] == "max_tokens"
-        assert "max_tokens is 200 but the prompt is 8 tokens and a request here holds 200" in \
-            over.json()["error"]["message"]
+        assert (
+            "max_tokens is 200 but the prompt is 8 tokens and a request here holds 200"
+            in over.json()["error"]["message"]
+        )
         # A long one (132 tokens, then <|endoftext|>), signalled after its first chunk.
-        stream = client.completions.create(**{**ask, "prompt": "def capital_of(country):",
-                                              "max_tokens": 180}, stream=True)
+        stream = client.completions.create(
+            **{**ask, "prompt": "def capital_of(country):", "max_tokens": 180}, stream=True
+        )
         chunks = [next(stream)]
         proc.send_signal(signal.SIGTERM)  # mid-stream
         chunks += list(stream)
@@ -588,6 +699,7 @@ def test_doctests():
     import doctest
 
     from nanospec.serving import api, launch, text
+
     assert [doctest.testmod(m).failed for m in (api, launch, text)] == [0, 0, 0]
 
 

@@ -35,13 +35,33 @@ def test_schemathesis_finds_no_server_error(tiny_ckpt_dir, tmp_path):
     report = tmp_path / "events.ndjson"
     try:
         run = subprocess.run(
-            [sys.executable, "-m", "schemathesis.cli", "run", f"{url}/openapi.json",
-             "--checks", "not_a_server_error,status_code_conformance,"
-             "response_schema_conformance,content_type_conformance",
-             "--max-examples", str(EXAMPLES), "--seed", "1", "--workers", "2",
-             "--report", "ndjson", "--report-ndjson-path", str(report), "--no-color"],
-            cwd=tmp_path, capture_output=True, encoding="utf-8", timeout=900,
-            env={**os.environ, "SCHEMATHESIS_HOOKS": ""})
+            [
+                sys.executable,
+                "-m",
+                "schemathesis.cli",
+                "run",
+                f"{url}/openapi.json",
+                "--checks",
+                "not_a_server_error,status_code_conformance,"
+                "response_schema_conformance,content_type_conformance",
+                "--max-examples",
+                str(EXAMPLES),
+                "--seed",
+                "1",
+                "--workers",
+                "2",
+                "--report",
+                "ndjson",
+                "--report-ndjson-path",
+                str(report),
+                "--no-color",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            encoding="utf-8",
+            timeout=900,
+            env={**os.environ, "SCHEMATHESIS_HOOKS": ""},
+        )
         assert run.returncode == 0, run.stdout[-4000:]
         assert httpx.get(url + "/health").status_code == 200
         events = [json.loads(line) for line in report.read_text(encoding="utf-8").splitlines()]
@@ -52,18 +72,28 @@ def test_schemathesis_finds_no_server_error(tiny_ckpt_dir, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(sys.platform == "win32",
-                    reason="on Windows SIGTERM is TerminateProcess: there is no drain to test")
+@pytest.mark.skipif(
+    sys.platform == "win32",
+    reason="on Windows SIGTERM is TerminateProcess: there is no drain to test",
+)
 def test_sigterm_under_load_finishes_every_request_running_or_waiting():
     """One slot, eight requests in flight (one running, the rest waiting; half of them
     streamed), then SIGTERM: each completes with exactly the text it gets alone, and the
     process exits 0. (The shipped models: the tiny ones finish eight requests before the
     last has arrived.)"""
     proc, url = launch(SHIPPED, "--slots", "1", "--max-queue", "16")
-    prompts = [f"The capital of {c} is" for c in
-               ("France", "Spain", "Peru", "Chad", "Fiji", "Laos", "Mali", "Oman")]
-    body = lambda i: {"model": "nanospec", "prompt": prompts[i], "max_tokens": 32,
-                      "temperature": 0.8, "seed": i, "stream": i % 2 == 1}
+    prompts = [
+        f"The capital of {c} is"
+        for c in ("France", "Spain", "Peru", "Chad", "Fiji", "Laos", "Mali", "Oman")
+    ]
+    body = lambda i: {
+        "model": "nanospec",
+        "prompt": prompts[i],
+        "max_tokens": 32,
+        "temperature": 0.8,
+        "seed": i,
+        "stream": i % 2 == 1,
+    }
 
     def ask(i) -> str:
         with httpx.stream("POST", url + "/v1/completions", json=body(i), timeout=300) as r:
@@ -75,8 +105,11 @@ def test_sigterm_under_load_finishes_every_request_running_or_waiting():
             return "".join(json.loads(c)["choices"][0]["text"] for c in chunks[:-1])
 
     def count(name: str) -> float:
-        return sum(float(ln.split()[-1]) for ln in httpx.get(url + "/metrics").text.splitlines()
-                   if ln.startswith(name))
+        return sum(
+            float(ln.split()[-1])
+            for ln in httpx.get(url + "/metrics").text.splitlines()
+            if ln.startswith(name)
+        )
 
     try:
         alone = [ask(i) for i in range(len(prompts))]
@@ -87,7 +120,9 @@ def test_sigterm_under_load_finishes_every_request_running_or_waiting():
             def all_in():  # every request arrived, and some still wait for the slot
                 waiting = count("vllm:num_requests_waiting")
                 return waiting > 0 and count("vllm:num_requests_running") + waiting + count(
-                    "vllm:request_success_total") - before == len(prompts)
+                    "vllm:request_success_total"
+                ) - before == len(prompts)
+
             eventually(all_in, "every request is in flight", limit=120)
             proc.send_signal(signal.SIGTERM)
             assert [f.result(timeout=300) for f in futures] == alone
@@ -103,14 +138,18 @@ def test_the_soak_script_counts_every_kind_of_request(tiny_ckpt_dir, tmp_path, c
     """load/soak.py (docs/results.md's soak), briefly: every request it sends is counted
     once, nothing is lost, and the report holds the server's memory before and after."""
     from nanospec.load.soak import main as soak_main
+
     proc, url = launch(tiny_ckpt_dir, "--slots", "2", "--max-queue", "16")
     try:
         out = tmp_path / "soak.json"
-        assert soak_main(["--url", url, "--seconds", "4", "--concurrency", "4",
-                          "--json", str(out)]) == 0
+        assert (
+            soak_main(["--url", url, "--seconds", "4", "--concurrency", "4", "--json", str(out)])
+            == 0
+        )
         report = json.loads(out.read_text(encoding="utf-8"))
-        assert report["requests"] == sum(report[k] for k in ("completed", "left", "refused",
-                                                             "lost", "errors"))
+        assert report["requests"] == sum(
+            report[k] for k in ("completed", "left", "refused", "lost", "errors")
+        )
         assert report["completed"] > 0 and report["lost"] == report["errors"] == 0
         assert report["rss_mb_after"] > 0 and report["running_after"] == 0
     finally:

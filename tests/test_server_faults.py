@@ -54,17 +54,20 @@ class Faulty(Gate):
             self.step_fails -= 1
             raise RuntimeError("injected: this step failed")
         poisoned = {i for i, s in enumerate(self.engine.slots) if s and s.request.seed == NO_TEXT}
-        return [o._replace(tokens=[10**6]) if o.slot in poisoned and o.tokens else o
-                for o in out]
+        return [o._replace(tokens=[10**6]) if o.slot in poisoned and o.tokens else o for o in out]
 
 
 @pytest.fixture(scope="module")
 def faulty(tiny_tokenizer):
-    bundle = Bundle(tiny_tokenizer, {"target": tiny(tiny_tokenizer, 0, "target"),
-                                     "draft": tiny(tiny_tokenizer, 1, "draft")})
+    bundle = Bundle(
+        tiny_tokenizer,
+        {"target": tiny(tiny_tokenizer, 0, "target"), "draft": tiny(tiny_tokenizer, 1, "draft")},
+    )
     engine = Faulty(build_engine(bundle, "draft", gamma=3, slots=2))
-    engine.reference = {case: alone(engine, Request(tiny_tokenizer.encode_prompt(case[0]),
-                                                    *case[1:])) for case in CASES}
+    engine.reference = {
+        case: alone(engine, Request(tiny_tokenizer.encode_prompt(case[0]), *case[1:]))
+        for case in CASES
+    }
     app = build_app(engine, tiny_tokenizer, "nanospec", max_queue=8)
     server, thread, port = serve_in_thread(app)
     engine.url, engine.tok = f"http://127.0.0.1:{port}", tiny_tokenizer
@@ -77,8 +80,16 @@ def faulty(tiny_tokenizer):
 
 def body(case, **kw) -> dict:
     prompt, max_tokens, temperature, top_k, top_p, seed = case
-    return {"model": "nanospec", "prompt": prompt, "max_tokens": max_tokens,
-            "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed, **kw}
+    return {
+        "model": "nanospec",
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "top_k": top_k,
+        "top_p": top_p,
+        "seed": seed,
+        **kw,
+    }
 
 
 def ask_all(url: str, bodies: dict[str, dict]) -> dict[str, httpx.Response]:
@@ -111,13 +122,20 @@ def assert_exact(engine, r: httpx.Response, case) -> None:
 def test_a_request_whose_admission_fails_fails_alone(faulty):
     faulty.close(steps=1)  # the first request is running when the poisoned one arrives
     results = {}
-    runner = threading.Thread(target=lambda: results.update(
-        ask_all(faulty.url, {"running": body(CASES[1])})))
+    runner = threading.Thread(
+        target=lambda: results.update(ask_all(faulty.url, {"running": body(CASES[1])}))
+    )
     runner.start()
     eventually(lambda: len(faulty.scheduler.running) == 1, "the first request is running")
     eventually(lambda: faulty.budget == 0, "its engine step is held")
-    rest = threading.Thread(target=lambda: results.update(ask_all(faulty.url, {
-        "poisoned": body(CASES[0], seed=NO_ADMISSION), "beside": body(CASES[0])})))
+    rest = threading.Thread(
+        target=lambda: results.update(
+            ask_all(
+                faulty.url,
+                {"poisoned": body(CASES[0], seed=NO_ADMISSION), "beside": body(CASES[0])},
+            )
+        )
+    )
     rest.start()
     eventually(lambda: len(faulty.scheduler.waiting) == 2, "the others are waiting")
     faulty.open()
@@ -135,8 +153,11 @@ def test_a_step_that_fails_fails_its_job_and_the_waiting_ones_complete(faulty):
     results, cases = {}, {"a": CASES[1], "b": CASES[1], "c": CASES[0], "d": CASES[1]}
     threads = []
     for name in cases:
-        threads.append(threading.Thread(target=lambda n=name: results.update(
-            ask_all(faulty.url, {n: body(cases[n])}))))
+        threads.append(
+            threading.Thread(
+                target=lambda n=name: results.update(ask_all(faulty.url, {n: body(cases[n])}))
+            )
+        )
         threads[-1].start()
         if name == "a":
             eventually(lambda: len(faulty.scheduler.running) == 1, "a is running")
@@ -152,8 +173,14 @@ def test_a_step_that_fails_fails_its_job_and_the_waiting_ones_complete(faulty):
 
 
 def test_a_job_whose_text_fails_ends_alone_and_its_neighbour_is_exact(faulty):
-    results = ask_all(faulty.url, {"poisoned": body(CASES[1], seed=NO_TEXT),
-                                   "neighbour": body(CASES[1]), "greedy": body(CASES[0])})
+    results = ask_all(
+        faulty.url,
+        {
+            "poisoned": body(CASES[1], seed=NO_TEXT),
+            "neighbour": body(CASES[1]),
+            "greedy": body(CASES[0]),
+        },
+    )
     assert_server_error(results["poisoned"], "failed on this request")
     assert_exact(faulty, results["neighbour"], CASES[1])
     assert_exact(faulty, results["greedy"], CASES[0])
@@ -164,8 +191,10 @@ def test_a_job_whose_text_fails_ends_alone_and_its_neighbour_is_exact(faulty):
 def test_when_the_engine_thread_dies_every_client_is_answered(tiny_tokenizer):
     """A fault outside every per-job guard: the thread dies, and the clients it held —
     running and waiting — get their 500 at once, not at their timeouts."""
-    bundle = Bundle(tiny_tokenizer, {"target": tiny(tiny_tokenizer, 0, "target"),
-                                     "draft": tiny(tiny_tokenizer, 1, "draft")})
+    bundle = Bundle(
+        tiny_tokenizer,
+        {"target": tiny(tiny_tokenizer, 0, "target"), "draft": tiny(tiny_tokenizer, 1, "draft")},
+    )
     gate = Gate(build_engine(bundle, "ar", gamma=1, slots=1))
     app = build_app(gate, tiny_tokenizer, "nanospec", max_queue=4)
     scheduler, crashed = app.state.service.scheduler, threading.Event()
@@ -175,17 +204,20 @@ def test_when_the_engine_thread_dies_every_client_is_answered(tiny_tokenizer):
     try:
         gate.close(steps=1)
         results = {}
-        runner = threading.Thread(target=lambda: results.update(
-            ask_all(url, {"running": body(CASES[1], max_tokens=50)})))
+        runner = threading.Thread(
+            target=lambda: results.update(ask_all(url, {"running": body(CASES[1], max_tokens=50)}))
+        )
         runner.start()
         eventually(lambda: len(scheduler.running) == 1, "one running")
-        waiter = threading.Thread(target=lambda: results.update(
-            ask_all(url, {"waiting": body(CASES[0])})))
+        waiter = threading.Thread(
+            target=lambda: results.update(ask_all(url, {"waiting": body(CASES[0])}))
+        )
         waiter.start()
         eventually(lambda: len(scheduler.waiting) == 1, "one waiting")
 
         def broken(*_):
             raise RuntimeError("injected: the engine thread's own loop broke")
+
         scheduler.drop_cancelled = broken
         gate.open()
         runner.join(timeout=30), waiter.join(timeout=30)
@@ -216,11 +248,15 @@ sys.exit(main(sys.argv[1:]))
 def test_nanospec_serve_exits_1_when_its_engine_thread_dies():
     """The real command: the first request kills the engine thread; its client gets a 500,
     and the process exits 1 (for a supervisor to restart it) with one line saying why."""
-    proc, url = serve_process(["-c", CRASHING_SERVE], "--method", "ar", "--slots", "1",
-                              "--max-model-len", "24")
+    proc, url = serve_process(
+        ["-c", CRASHING_SERVE], "--method", "ar", "--slots", "1", "--max-model-len", "24"
+    )
     try:
-        r = httpx.post(url + "/v1/completions", timeout=60,
-                       json={"model": "nanospec", "prompt": "The capital", "max_tokens": 4})
+        r = httpx.post(
+            url + "/v1/completions",
+            timeout=60,
+            json={"model": "nanospec", "prompt": "The capital", "max_tokens": 4},
+        )
         assert_server_error(r, "the server is exiting")
         assert proc.wait(timeout=60) == 1
         log = proc.stderr.read()

@@ -33,8 +33,9 @@ def live(tiny_tokenizer):
     target = tiny(tok, 0, "target")
     bundle = Bundle(tok, {"target": target, "draft": tiny(tok, 1, "draft")})
     gate = Gate(build_engine(bundle, "draft", gamma=3, slots=2))
-    gate.reference = {case: alone(gate, Request(tok.encode_prompt(case[0]), *case[1:]))
-                      for case in CASES}
+    gate.reference = {
+        case: alone(gate, Request(tok.encode_prompt(case[0]), *case[1:])) for case in CASES
+    }
     app = build_app(gate, tok, "nanospec", max_queue=4)
     server, thread, port = serve_in_thread(app)
     gate.url, gate.tok, gate.target = f"http://127.0.0.1:{port}", tok, target
@@ -60,16 +61,22 @@ def shown(tok, token: int) -> str:
 
 
 def post(live, **body) -> dict:
-    r = httpx.post(live.url + "/v1/completions", timeout=120,
-                   json={"model": "nanospec", **body})
+    r = httpx.post(live.url + "/v1/completions", timeout=120, json={"model": "nanospec", **body})
     assert r.status_code == 200, r.text
     return r.json()
 
 
 def body_of(case, **kw) -> dict:
     prompt, max_tokens, temperature, top_k, top_p, seed = case
-    return dict(prompt=prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
-                top_p=top_p, seed=seed, **kw)
+    return dict(
+        prompt=prompt,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        **kw,
+    )
 
 
 def check_against_forward(live, lp: dict, ids: list[int], listed: list[int]):
@@ -128,9 +135,11 @@ def test_echo_with_max_tokens_0_scores_the_prompt_alone(live):
     assert c["text"] == text and c["logprobs"]["token_logprobs"][0] is None
     check_against_forward(live, c["logprobs"], ids, list(range(len(ids))))
     # Streamed, it is one chunk: the prompt's text.
-    with httpx.stream("POST", live.url + "/v1/completions", json={
-            "model": "nanospec", "prompt": text, "max_tokens": 0, "echo": True,
-            "stream": True}) as r:
+    with httpx.stream(
+        "POST",
+        live.url + "/v1/completions",
+        json={"model": "nanospec", "prompt": text, "max_tokens": 0, "echo": True, "stream": True},
+    ) as r:
         events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     assert "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]) == text
@@ -138,10 +147,12 @@ def test_echo_with_max_tokens_0_scores_the_prompt_alone(live):
 
 def test_echo_streams_the_prompt_first(live):
     case = CASES[0]
-    with httpx.stream("POST", live.url + "/v1/completions",
-                      json={"model": "nanospec", **body_of(case, echo=True, stream=True)}) as r:
-        events = [json.loads(line[6:]) for line in r.iter_lines()
-                  if line.startswith("data: {")]
+    with httpx.stream(
+        "POST",
+        live.url + "/v1/completions",
+        json={"model": "nanospec", **body_of(case, echo=True, stream=True)},
+    ) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
     texts = [e["choices"][0]["text"] for e in events]
     assert texts[0].startswith(case[0])
     assert "".join(texts) == case[0] + text_of(live.tok, live.reference[case])
@@ -159,30 +170,48 @@ def test_every_choice_has_its_own_logprobs(live):
 
 def test_the_openai_client_parses_logprobs_and_echo(live):
     import openai
+
     client = openai.OpenAI(base_url=live.url + "/v1", api_key="unused", max_retries=0)
-    got = client.completions.create(model="nanospec", prompt="The capital", max_tokens=4,
-                                    temperature=0, logprobs=2, echo=True)
+    got = client.completions.create(
+        model="nanospec", prompt="The capital", max_tokens=4, temperature=0, logprobs=2, echo=True
+    )
     lp = got.choices[0].logprobs
     assert got.choices[0].text.startswith("The capital")
     assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
-    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == \
-        len(lp.text_offset) >= got.usage.prompt_tokens
+    assert (
+        len(lp.tokens)
+        == len(lp.token_logprobs)
+        == len(lp.top_logprobs)
+        == len(lp.text_offset)
+        >= got.usage.prompt_tokens
+    )
     assert all(isinstance(v, float) for v in lp.token_logprobs[1:])
 
 
 GOOD = {"model": "nanospec", "prompt": "The capital", "max_tokens": 2}
 
 
-@pytest.mark.parametrize("body, param", [
-    ({**GOOD, "logprobs": 21}, "logprobs"),
-    ({**GOOD, "logprobs": -1}, "logprobs"),
-    ({**GOOD, "logprobs": "2"}, "logprobs"),
-    ({**GOOD, "echo": "yes"}, "echo"),
-    ({**GOOD, "max_tokens": 0}, "max_tokens"),
-    ({**GOOD, "max_tokens": -1, "echo": True}, "max_tokens"),
-    ({**GOOD, "logprobs": 1, "stream": True}, "logprobs"),
-], ids=["logprobs 21", "logprobs -1", "logprobs a string", "echo a string",
-        "max_tokens 0 without echo", "max_tokens -1", "logprobs in a stream"])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({**GOOD, "logprobs": 21}, "logprobs"),
+        ({**GOOD, "logprobs": -1}, "logprobs"),
+        ({**GOOD, "logprobs": "2"}, "logprobs"),
+        ({**GOOD, "echo": "yes"}, "echo"),
+        ({**GOOD, "max_tokens": 0}, "max_tokens"),
+        ({**GOOD, "max_tokens": -1, "echo": True}, "max_tokens"),
+        ({**GOOD, "logprobs": 1, "stream": True}, "logprobs"),
+    ],
+    ids=[
+        "logprobs 21",
+        "logprobs -1",
+        "logprobs a string",
+        "echo a string",
+        "max_tokens 0 without echo",
+        "max_tokens -1",
+        "logprobs in a stream",
+    ],
+)
 def test_bad_logprobs_and_echo_are_400s_naming_the_field(live, body, param):
     r = httpx.post(live.url + "/v1/completions", json=body)
     assert r.status_code == 400, r.text

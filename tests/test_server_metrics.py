@@ -18,9 +18,15 @@ from nanospec.serving.server import build_app
 from tests.test_server import CASES, Gate, eventually, serve_in_thread, tiny
 
 GAMMA, SLOTS = 3, 2
-PHASES = ("request_queue_time", "request_prefill_time", "request_decode_time",
-          "request_inference_time", "request_time_per_output_token", "time_to_first_token",
-          "e2e_request_latency")
+PHASES = (
+    "request_queue_time",
+    "request_prefill_time",
+    "request_decode_time",
+    "request_inference_time",
+    "request_time_per_output_token",
+    "time_to_first_token",
+    "e2e_request_latency",
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,16 +49,28 @@ def scrape(live) -> dict[str, float]:
     for family in text_string_to_metric_families(httpx.get(live.url + "/metrics").text):
         for s in family.samples:
             reason, pos = s.labels.get("finished_reason"), s.labels.get("position")
-            out[s.name + (f"{{{reason}}}" if reason else "") + (f"{{{pos}}}" if pos else "")] \
-                = s.value
+            out[s.name + (f"{{{reason}}}" if reason else "") + (f"{{{pos}}}" if pos else "")] = (
+                s.value
+            )
     return out
 
 
 def ask(live, case, **kw) -> dict:
     prompt, max_tokens, temperature, top_k, top_p, seed = case
-    r = httpx.post(live.url + "/v1/completions", timeout=120, json={
-        "model": "nanospec", "prompt": prompt, "max_tokens": max_tokens,
-        "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed, **kw})
+    r = httpx.post(
+        live.url + "/v1/completions",
+        timeout=120,
+        json={
+            "model": "nanospec",
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_k": top_k,
+            "top_p": top_p,
+            "seed": seed,
+            **kw,
+        },
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -68,10 +86,12 @@ def test_each_request_is_one_observation_of_every_phase(live):
     # The phases add up: waiting + prefill is the time to the first token, prefill + decode
     # the time in a slot.
     s = {name: delta[f"vllm:{name}_seconds_sum"] for name in PHASES}
-    assert s["request_queue_time"] + s["request_prefill_time"] == \
-        pytest.approx(s["time_to_first_token"], rel=1e-6)
-    assert s["request_prefill_time"] + s["request_decode_time"] == \
-        pytest.approx(s["request_inference_time"], rel=1e-6)
+    assert s["request_queue_time"] + s["request_prefill_time"] == pytest.approx(
+        s["time_to_first_token"], rel=1e-6
+    )
+    assert s["request_prefill_time"] + s["request_decode_time"] == pytest.approx(
+        s["request_inference_time"], rel=1e-6
+    )
     assert all(r["usage"]["completion_tokens"] > 1 for r in got) and s["request_decode_time"] > 0
 
 
@@ -81,12 +101,18 @@ def test_per_position_acceptance_falls_with_position_and_sums_to_accepted(live):
         ask(live, CASES[1][:-1] + (seed,))
         ask(live, CASES[0])
     after = scrape(live)
-    per_pos = [after[f"vllm:spec_decode_num_accepted_tokens_per_pos_total{{{i}}}"] -
-               before[f"vllm:spec_decode_num_accepted_tokens_per_pos_total{{{i}}}"]
-               for i in range(GAMMA)]  # every position is exported, 0 or not
-    accepted = after["vllm:spec_decode_num_accepted_tokens_total"] - \
-        before["vllm:spec_decode_num_accepted_tokens_total"]
-    drafts = after["vllm:spec_decode_num_drafts_total"] - before["vllm:spec_decode_num_drafts_total"]
+    per_pos = [
+        after[f"vllm:spec_decode_num_accepted_tokens_per_pos_total{{{i}}}"]
+        - before[f"vllm:spec_decode_num_accepted_tokens_per_pos_total{{{i}}}"]
+        for i in range(GAMMA)
+    ]  # every position is exported, 0 or not
+    accepted = (
+        after["vllm:spec_decode_num_accepted_tokens_total"]
+        - before["vllm:spec_decode_num_accepted_tokens_total"]
+    )
+    drafts = (
+        after["vllm:spec_decode_num_drafts_total"] - before["vllm:spec_decode_num_drafts_total"]
+    )
     assert per_pos == sorted(per_pos, reverse=True) and sum(per_pos) == accepted > 0
     assert per_pos[0] <= drafts
     assert not any(k.endswith(f"{{{GAMMA}}}") for k in after)  # positions 0 to γ-1 only

@@ -61,14 +61,23 @@ class Server:
 
     def post(self, body, **kw) -> httpx.Response:
         raw = body if isinstance(body, (str, bytes)) else json.dumps(body)
-        return httpx.post(self.url + "/v1/completions", content=raw, timeout=60,
-                          headers={"Content-Type": "application/json"}, **kw)
+        return httpx.post(
+            self.url + "/v1/completions",
+            content=raw,
+            timeout=60,
+            headers={"Content-Type": "application/json"},
+            **kw,
+        )
 
 
 @pytest.fixture(scope="module")
 def server(tiny_tokenizer):
-    cfg = ModelConfig.from_dict({**ModelConfig.tiny(vocab_size=tiny_tokenizer.vocab_size,
-                                                    n_ctx=N_CTX).to_dict(), "name": "target"})
+    cfg = ModelConfig.from_dict(
+        {
+            **ModelConfig.tiny(vocab_size=tiny_tokenizer.vocab_size, n_ctx=N_CTX).to_dict(),
+            "name": "target",
+        }
+    )
     target = (cfg, *nnx.split(GPT(cfg, nnx.Rngs(0))))
     engine = build_engine(Bundle(tiny_tokenizer, {"target": target}), "ar", gamma=1, slots=1)
     tok = Watched(tiny_tokenizer)
@@ -121,8 +130,9 @@ def test_a_prompt_no_context_could_hold_is_refused_before_tokenizing(server):
 def test_tokenizing_runs_off_the_event_loop(server):
     """While a prompt is held mid-tokenize, the server still answers everyone else."""
     results = {}
-    held = threading.Thread(target=lambda: results.update(
-        r=server.post({**GOOD, "prompt": HOLD + "the capital"})))
+    held = threading.Thread(
+        target=lambda: results.update(r=server.post({**GOOD, "prompt": HOLD + "the capital"}))
+    )
     held.start()
     try:
         assert server.tok.holding.wait(timeout=60)
@@ -138,10 +148,16 @@ def test_tokenizing_runs_off_the_event_loop(server):
 
 REFUSED = [  # (what is wrong, body, param)
     ("five stop strings", {**GOOD, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
-    ("stream_options without stream", {**GOOD, "stream_options": {"include_usage": True}},
-     "stream_options"),
-    ("stream_options with stream false",
-     {**GOOD, "stream": False, "stream_options": {"include_usage": True}}, "stream_options"),
+    (
+        "stream_options without stream",
+        {**GOOD, "stream_options": {"include_usage": True}},
+        "stream_options",
+    ),
+    (
+        "stream_options with stream false",
+        {**GOOD, "stream": False, "stream_options": {"include_usage": True}},
+        "stream_options",
+    ),
     ("max_tokens a string", {**GOOD, "max_tokens": "16"}, "max_tokens"),
     ("max_tokens true", {**GOOD, "max_tokens": True}, "max_tokens"),
     ("max_tokens 2.0", {**GOOD, "max_tokens": 2.0}, "max_tokens"),
@@ -149,8 +165,11 @@ REFUSED = [  # (what is wrong, body, param)
     ("stream 1", {**GOOD, "stream": 1}, "stream"),
     ("temperature a string", {**GOOD, "temperature": "1"}, "temperature"),
     ("seed a string", {**GOOD, "seed": "7"}, "seed"),
-    ("include_usage a string",
-     {**GOOD, "stream": True, "stream_options": {"include_usage": "yes"}}, "stream_options"),
+    (
+        "include_usage a string",
+        {**GOOD, "stream": True, "stream_options": {"include_usage": "yes"}},
+        "stream_options",
+    ),
     ("max_tokens past the context", {**GOOD, "max_tokens": N_CTX}, "max_tokens"),
 ]
 
@@ -186,8 +205,10 @@ def test_max_tokens_must_fit_the_context_after_the_prompt(server):
 
 
 def test_a_405_names_the_allowed_methods(server):
-    for method, path, allowed in (("GET", "/v1/completions", "POST"),
-                                  ("POST", "/v1/models", "GET")):
+    for method, path, allowed in (
+        ("GET", "/v1/completions", "POST"),
+        ("POST", "/v1/models", "GET"),
+    ):
         r = httpx.request(method, server.url + path)
         openai_error(r, 405)
         assert r.headers["allow"] == allowed
@@ -211,8 +232,9 @@ def test_health_answers_with_a_small_json_body(server):
 
 def test_an_empty_body_is_one_clear_sentence(server):
     error = openai_error(server.post(""), 400)
-    assert error["message"] == ("The request body is empty; send a JSON object with at least "
-                                "model and prompt.")
+    assert error["message"] == (
+        "The request body is empty; send a JSON object with at least model and prompt."
+    )
 
 
 # ------------------------------------------------------------ what is served

@@ -58,9 +58,13 @@ def server(tiny_tokenizer):
     bundle = Bundle(tok, {"target": tiny(tok, 0, "target"), "draft": tiny(tok, 1, "draft")})
     gate = Gate(build_engine(bundle, "draft", gamma=3, slots=SLOTS))
     greedy = alone(gate, Request(tok.encode_prompt(GREEDY[0]), GREEDY[1], 0.0))
-    sampled = {(p, s): alone(gate, Request(tok.encode_prompt(PROMPTS[p]), MAX_NEW,
-                                           *SAMPLED.values(), seed=s))
-               for p in range(len(PROMPTS)) for s in (SEED, SEED + 1)}
+    sampled = {
+        (p, s): alone(
+            gate, Request(tok.encode_prompt(PROMPTS[p]), MAX_NEW, *SAMPLED.values(), seed=s)
+        )
+        for p in range(len(PROMPTS))
+        for s in (SEED, SEED + 1)
+    }
     app = build_app(gate, tok, "nanospec", max_queue=MAX_QUEUE, api_key=KEY)
     uv, thread, port = serve_in_thread(app)
     server = Server(app, gate, tok, port)
@@ -90,8 +94,11 @@ def complete(server, **body) -> dict:
 
 def test_without_the_key_every_guarded_route_is_401_and_health_stays_open(server):
     body = {"model": "nanospec", "prompt": "The", "max_tokens": 1}
-    for path, payload in (("/v1/completions", body), ("/tokenize", {"prompt": "The"}),
-                          ("/detokenize", {"tokens": [1]})):
+    for path, payload in (
+        ("/v1/completions", body),
+        ("/tokenize", {"prompt": "The"}),
+        ("/detokenize", {"tokens": [1]}),
+    ):
         missing = error_of(server.post(path, payload, headers={}), 401)
         assert missing["type"] == "invalid_request_error" and missing["code"] is None
         wrong = server.post(path, payload, headers={"Authorization": "Bearer sk-wrong"})
@@ -105,19 +112,18 @@ def test_without_the_key_every_guarded_route_is_401_and_health_stays_open(server
     # The scheme is case-insensitive (RFC 6750); the key itself is not.
     ok = server.post("/v1/completions", body, headers={"Authorization": f"bearer {KEY}"})
     assert ok.status_code == 200
-    upper = server.post("/v1/completions", body, headers={"Authorization": f"Bearer "
-                                                                           f"{KEY.upper()}"})
+    upper = server.post("/v1/completions", body, headers={"Authorization": f"Bearer {KEY.upper()}"})
     assert upper.status_code == 401
 
 
 def test_the_openai_client_authenticates_with_its_api_key(server):
     assert server.client().models.list().data[0].id == "nanospec"
-    done = server.client().completions.create(model="nanospec", prompt=GREEDY[0],
-                                              max_tokens=GREEDY[1], temperature=0)
+    done = server.client().completions.create(
+        model="nanospec", prompt=GREEDY[0], max_tokens=GREEDY[1], temperature=0
+    )
     assert done.choices[0].text == text_of(server.tok, server.greedy)
     with pytest.raises(openai.AuthenticationError) as refused:
-        server.client("sk-wrong").completions.create(model="nanospec", prompt="The",
-                                                     max_tokens=1)
+        server.client("sk-wrong").completions.create(model="nanospec", prompt="The", max_tokens=1)
     assert refused.value.status_code == 401 and refused.value.code == "invalid_api_key"
 
 
@@ -134,16 +140,20 @@ def test_the_flag_wins_over_the_environment_and_a_blank_key_is_refused(monkeypat
 
 
 @pytest.mark.slow
-def test_nanospec_serve_takes_the_flag_over_the_environment_and_never_prints_the_key(
-        monkeypatch):
+def test_nanospec_serve_takes_the_flag_over_the_environment_and_never_prints_the_key(monkeypatch):
     monkeypatch.setenv("NANOSPEC_API_KEY", "sk-from-env")
-    proc, url = serve_process(["-m", "nanospec"], "--slots", "1", "--max-model-len", "64",
-                              "--api-key", "sk-from-flag")
+    proc, url = serve_process(
+        ["-m", "nanospec"], "--slots", "1", "--max-model-len", "64", "--api-key", "sk-from-flag"
+    )
     try:
         body = {"model": "nanospec", "prompt": "The capital", "max_tokens": 2}
         for key, status in (("sk-from-env", 401), ("sk-from-flag", 200)):
-            r = httpx.post(url + "/v1/completions", json=body, timeout=120,
-                           headers={"Authorization": f"Bearer {key}"})
+            r = httpx.post(
+                url + "/v1/completions",
+                json=body,
+                timeout=120,
+                headers={"Authorization": f"Bearer {key}"},
+            )
             assert r.status_code == status, r.text
     finally:
         proc.terminate()
@@ -161,17 +171,26 @@ def test_n_greedy_choices_are_all_the_same_and_usage_counts_them_all(server):
     assert [c["index"] for c in got["choices"]] == [0, 1, 2]
     assert [c["text"] for c in got["choices"]] == [want] * 3
     prompt = len(server.tok.encode_prompt(GREEDY[0]))
-    assert got["usage"] == {"prompt_tokens": prompt, "completion_tokens": 3 * len(server.greedy),
-                            "total_tokens": prompt + 3 * len(server.greedy)}
+    assert got["usage"] == {
+        "prompt_tokens": prompt,
+        "completion_tokens": 3 * len(server.greedy),
+        "total_tokens": prompt + 3 * len(server.greedy),
+    }
 
 
 def test_choice_i_samples_with_seed_plus_i_streamed_or_not(server):
     ask = dict(prompt=PROMPTS[0], max_tokens=MAX_NEW, seed=SEED, n=2, **SAMPLED)
     want = [text_of(server.tok, server.sampled[0, SEED + i]) for i in range(2)]
     assert [c["text"] for c in complete(server, **ask)["choices"]] == want
-    chunks = list(server.client().completions.create(
-        model="nanospec", stream=True, stream_options={"include_usage": True},
-        extra_body={"top_k": ask.pop("top_k")}, **ask))
+    chunks = list(
+        server.client().completions.create(
+            model="nanospec",
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"top_k": ask.pop("top_k")},
+            **ask,
+        )
+    )
     texts, finishes = ["", ""], [None, None]
     for c in chunks[:-1]:
         (ch,) = c.choices  # one choice a chunk, at its own index
@@ -189,16 +208,18 @@ def test_a_request_whose_choices_do_not_all_fit_is_429_or_400(server):
     assert f"holds {SLOTS + MAX_QUEUE}" in error["message"]
     server.gate.close()
     results = {}
-    held = threading.Thread(target=lambda: results.update(held=server.post(
-        "/v1/completions", {**body, "seed": 1})))
+    held = threading.Thread(
+        target=lambda: results.update(held=server.post("/v1/completions", {**body, "seed": 1}))
+    )
     held.start()
     try:
         eventually(lambda: len(server.scheduler.running) == 1, "one request running")
         refused = server.post("/v1/completions", {**body, "n": 4})
         assert error_of(refused, 429)["code"] == "rate_limit_exceeded"
         assert not server.scheduler.waiting  # none of its four was queued
-        fits = threading.Thread(target=lambda: results.update(fits=server.post(
-            "/v1/completions", {**body, "n": 3})))
+        fits = threading.Thread(
+            target=lambda: results.update(fits=server.post("/v1/completions", {**body, "n": 3}))
+        )
         fits.start()
         eventually(lambda: len(server.scheduler.waiting) == 3, "all three choices queued")
     finally:
@@ -220,8 +241,9 @@ def test_token_ids_and_lists_of_prompts_are_served_as_openai_numbers_them(server
         got = complete(server, prompt=prompt, n=2, seed=SEED, max_tokens=MAX_NEW, **SAMPLED)
         assert [c["index"] for c in got["choices"]] == [0, 1, 2, 3]
         assert [c["text"] for c in got["choices"]] == want
-        assert got["usage"]["prompt_tokens"] == sum(len(server.tok.encode_prompt(p))
-                                                    for p in PROMPTS)  # once each, n or not
+        assert got["usage"]["prompt_tokens"] == sum(
+            len(server.tok.encode_prompt(p)) for p in PROMPTS
+        )  # once each, n or not
 
 
 def test_stop_token_ids_end_the_completion_and_the_token_is_counted_not_shown(server):
@@ -233,10 +255,14 @@ def test_stop_token_ids_end_the_completion_and_the_token_is_counted_not_shown(se
     got = whole["choices"][0], whole["usage"]
     assert got[0]["text"] == text_of(server.tok, want[:k]) and got[0]["finish_reason"] == "stop"
     assert got[1]["completion_tokens"] == k + 1
-    streamed = list(server.client().completions.create(model="nanospec", stream=True,
-                                                       extra_body={"stop_token_ids": [stop]},
-                                                       **{x: ask[x] for x in ask if x !=
-                                                          "stop_token_ids"}))
+    streamed = list(
+        server.client().completions.create(
+            model="nanospec",
+            stream=True,
+            extra_body={"stop_token_ids": [stop]},
+            **{x: ask[x] for x in ask if x != "stop_token_ids"},
+        )
+    )
     assert "".join(c.choices[0].text for c in streamed) == got[0]["text"]
     assert streamed[-1].choices[0].finish_reason == "stop"
 
@@ -249,8 +275,12 @@ def test_min_tokens_holds_the_stop_token_and_the_stop_string_back(server):
     stop = next(t for t in want[2:] if t != tok.eos_id and tok.decode([t]).strip())
     k = want.index(stop)
     ask = dict(prompt=GREEDY[0], max_tokens=GREEDY[1], temperature=0, min_tokens=k + 2)
-    assert complete(server, **{**ask, "min_tokens": 0}, stop_token_ids=[stop])[
-        "usage"]["completion_tokens"] == k + 1
+    assert (
+        complete(server, **{**ask, "min_tokens": 0}, stop_token_ids=[stop])["usage"][
+            "completion_tokens"
+        ]
+        == k + 1
+    )
     held = complete(server, **ask, stop_token_ids=[stop])
     assert held["usage"]["completion_tokens"] >= k + 2  # token k was not the stop token
     assert held["choices"][0]["text"].startswith(text_of(tok, want[:k]))
@@ -294,24 +324,29 @@ BAD = [  # (what is wrong, fields, param)
     ("65 stop ids", {"stop_token_ids": [1] * 65}, "stop_token_ids"),
     ("ignore_eos a string", {"ignore_eos": "yes"}, "ignore_eos"),
     ("min_tokens above max_tokens", {"min_tokens": 3}, "min_tokens"),
-    ("min_tokens above the default max_tokens", {"min_tokens": 17, "max_tokens": None},
-     "min_tokens"),
+    (
+        "min_tokens above the default max_tokens",
+        {"min_tokens": 17, "max_tokens": None},
+        "min_tokens",
+    ),
     ("min_tokens negative", {"min_tokens": -1}, "min_tokens"),
 ]
 
 
 @pytest.mark.parametrize("fields, param", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
 def test_what_cannot_be_served_is_a_400_naming_the_field(server, fields, param):
-    r = server.post("/v1/completions", {"model": "nanospec", "prompt": "The", "max_tokens": 2,
-                                        **fields})
+    r = server.post(
+        "/v1/completions", {"model": "nanospec", "prompt": "The", "max_tokens": 2, **fields}
+    )
     error = error_of(r, 400, param)
     if fields.get("min_tokens", 0) > 0:
         assert "lower min_tokens or raise max_tokens" in error["message"]
 
 
 def test_min_tokens_0_and_best_of_n_ask_for_nothing(server):
-    got = complete(server, prompt=GREEDY[0], max_tokens=GREEDY[1], temperature=0, min_tokens=0,
-                   n=2, best_of=2)
+    got = complete(
+        server, prompt=GREEDY[0], max_tokens=GREEDY[1], temperature=0, min_tokens=0, n=2, best_of=2
+    )
     assert [c["text"] for c in got["choices"]] == [text_of(server.tok, server.greedy)] * 2
 
 
@@ -321,10 +356,15 @@ def test_min_tokens_0_and_best_of_n_ask_for_nothing(server):
 def test_tokenize_is_what_a_completion_reads_and_detokenize_inverts_it(server):
     tok, text = server.tok, "The capital of France"
     got = server.post("/tokenize", {"model": "nanospec", "prompt": text}).json()
-    assert got == {"tokens": tok.encode_prompt(text), "count": len(tok.encode_prompt(text)),
-                   "max_model_len": 64, "token_strs": None}
-    plain = server.post("/tokenize", {"prompt": text, "add_special_tokens": False,
-                                      "return_token_strs": True}).json()
+    assert got == {
+        "tokens": tok.encode_prompt(text),
+        "count": len(tok.encode_prompt(text)),
+        "max_model_len": 64,
+        "token_strs": None,
+    }
+    plain = server.post(
+        "/tokenize", {"prompt": text, "add_special_tokens": False, "return_token_strs": True}
+    ).json()
     assert plain["tokens"] == tok.encode(text) and "".join(plain["token_strs"]) == text
     back = server.post("/detokenize", {"model": "nanospec", "tokens": got["tokens"]}).json()
     assert back == {"prompt": "<|endoftext|>" + text}  # the start token, as text
@@ -344,18 +384,20 @@ REFUSED = [  # (path, body, status, param)
 ]
 
 
-@pytest.mark.parametrize("path, body, status, param", REFUSED,
-                         ids=[f"{r[0]} {json.dumps(r[1])}" for r in REFUSED])
+@pytest.mark.parametrize(
+    "path, body, status, param", REFUSED, ids=[f"{r[0]} {json.dumps(r[1])}" for r in REFUSED]
+)
 def test_tokenize_and_detokenize_refuse_in_openais_shape(server, path, body, status, param):
     error_of(server.post(path, body), status, param)
 
 
 def test_the_openapi_schema_documents_tokenize_and_detokenize(server):
     schema = httpx.get(server.url + "/openapi.json").json()
-    for path, fields in (("/tokenize", {"prompt", "add_special_tokens"}),
-                         ("/detokenize", {"tokens"})):
+    for path, fields in (
+        ("/tokenize", {"prompt", "add_special_tokens"}),
+        ("/detokenize", {"tokens"}),
+    ):
         post = schema["paths"][path]["post"]
         assert "422" not in post["responses"] and "400" in post["responses"]
         ref = post["requestBody"]["content"]["application/json"]["schema"]["$ref"]
-        assert fields <= set(schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]
-                             ["properties"])
+        assert fields <= set(schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]["properties"])

@@ -59,9 +59,11 @@ def test_all_checkpoints_fit_in_40_mb():
 def test_the_draft_costs_at_most_a_fifth_of_the_target_per_token(bundle):
     """Compute per decoded token (multiply-adds of every matrix), not wall time: tests never
     time things. `nanospec bench` measures the real ratio (README)."""
+
     def macs(cfg, context=128):
         per_layer = 12 * cfg.d_model**2 + 2 * context * cfg.d_model  # weights + attention
         return cfg.n_layer * per_layer + cfg.vocab_size * cfg.d_model  # + the output layer
+
     assert macs(bundle.models["draft"][0]) <= macs(bundle.models["target"][0]) / 5
 
 
@@ -81,21 +83,27 @@ def test_the_draft_misses_facts_but_keeps_the_grammar(bundle):
     results = {}
     for name in ("target", "draft"):
         model = bundle.models[name]
-        results[name] = {"facts": all_fact_accuracy(bundle.tok, *model)["all"],
-                         **next_token_accuracy(bundle.tok, *model, n_windows=16)}
+        results[name] = {
+            "facts": all_fact_accuracy(bundle.tok, *model)["all"],
+            **next_token_accuracy(bundle.tok, *model, n_windows=16),
+        }
     t, d = results["target"], results["draft"]
     assert d["facts"] <= t["facts"] - 0.03, json.dumps(results)  # measurably worse at facts
-    assert abs(d["function_word_accuracy"] - t["function_word_accuracy"]) <= 0.02, json.dumps(results)
+    assert abs(d["function_word_accuracy"] - t["function_word_accuracy"]) <= 0.02, json.dumps(
+        results
+    )
 
 
 def test_loading_refuses_a_corrupted_copy(tmp_path):
     import shutil
+
     for p in SHIPPED.iterdir():
         shutil.copy(p, tmp_path / p.name)
     blob = bytearray((tmp_path / "draft.safetensors").read_bytes())
     blob[-100] ^= 0xFF
     (tmp_path / "draft.safetensors").write_bytes(bytes(blob))
     from nanospec.errors import UserError
+
     with pytest.raises(UserError, match="corrupted"):
         load_models(tmp_path, ["draft"])
 

@@ -33,9 +33,14 @@ def device_bytes() -> tuple[int, int]:
 
 async def one(client: httpx.AsyncClient, i: int, rng: random.Random) -> str:
     """Send request i; returns "done" (read to its finish reason) or "left" (abandoned)."""
-    body = {"model": "nanospec", "prompt": PROMPTS[i % len(PROMPTS)], "seed": i,
-            "max_tokens": rng.randint(1, 24), "temperature": rng.choice([0.0, 1.0]),
-            "stream": rng.random() < 0.6}
+    body = {
+        "model": "nanospec",
+        "prompt": PROMPTS[i % len(PROMPTS)],
+        "seed": i,
+        "max_tokens": rng.randint(1, 24),
+        "temperature": rng.choice([0.0, 1.0]),
+        "stream": rng.random() < 0.6,
+    }
     # subtle: only streams are abandoned, after a chunk or more: a chunk proves the server has
     # the request, where a request abandoned before its answer may never have left the client.
     leave_after = rng.randint(1, 3) if body["stream"] and rng.random() < 0.3 else None
@@ -62,17 +67,21 @@ async def soak(url: str) -> dict[str, int]:
     rng, gate = random.Random(0), asyncio.Semaphore(CONCURRENCY)
     limits = httpx.Limits(max_connections=CONCURRENCY + 8)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+
         async def bounded(i):
             async with gate:
                 return await one(client, i, rng)
+
         outcomes = await asyncio.gather(*(bounded(i) for i in range(REQUESTS)))
     return {k: outcomes.count(k) for k in ("done", "left")}
 
 
 @pytest.mark.slow
 def test_a_soak_at_concurrency_64_with_cancellations_loses_nothing(tiny_tokenizer):
-    bundle = Bundle(tiny_tokenizer, {"target": tiny(tiny_tokenizer, 0, "target"),
-                                     "draft": tiny(tiny_tokenizer, 1, "draft")})
+    bundle = Bundle(
+        tiny_tokenizer,
+        {"target": tiny(tiny_tokenizer, 0, "target"), "draft": tiny(tiny_tokenizer, 1, "draft")},
+    )
     engine = build_engine(bundle, "draft", gamma=3, slots=SLOTS, adaptive=True)
     warm_up(engine)
     app = build_app(engine, tiny_tokenizer, "nanospec", max_queue=CONCURRENCY)
@@ -85,9 +94,11 @@ def test_a_soak_at_concurrency_64_with_cancellations_loses_nothing(tiny_tokenize
         outcomes = asyncio.run(soak(live.url))
         eventually(lambda: live.metrics()["vllm:num_requests_running"] == 0, "all ended")
         after = live.metrics()
-        finished = {r: after[f"vllm:request_success_total{{{r}}}"]
-                    - counted.get(f"vllm:request_success_total{{{r}}}", 0)
-                    for r in ("stop", "length", "abort")}
+        finished = {
+            r: after[f"vllm:request_success_total{{{r}}}"]
+            - counted.get(f"vllm:request_success_total{{{r}}}", 0)
+            for r in ("stop", "length", "abort")
+        }
         assert sum(finished.values()) == REQUESTS  # each request ended exactly once
         assert finished["stop"] + finished["length"] >= outcomes["done"]
         assert outcomes["left"] > 20 and finished["abort"] > 0

@@ -63,8 +63,9 @@ def test_fused_and_stepwise_drivers_give_the_same_tokens(models):
 
 
 def test_a_draft_identical_to_the_target_is_always_accepted(models):
-    outs, _, stats = _spec(models, PROMPTS, SamplingParams.make(1.0), gamma=4, max_new=20,
-                           draft=models[0])
+    outs, _, stats = _spec(
+        models, PROMPTS, SamplingParams.make(1.0), gamma=4, max_new=20, draft=models[0]
+    )
     hist = np.asarray(stats.hist)
     assert hist[:, :4].sum() == 0  # every round accepted all 4 drafts, then a bonus
     assert [len(o) for o in outs] == [20, 20]
@@ -80,7 +81,7 @@ def test_stops_right_after_eos(models):
     first, *_ = _spec(models, [[1, 2, 3]], GREEDY, max_new=6)
     eos = first[0][2]  # declare the third greedy token to be EOS
     outs, state, _ = _spec(models, [[1, 2, 3]], GREEDY, max_new=6, eos=eos)
-    assert outs[0] == first[0][:first[0].index(eos) + 1]
+    assert outs[0] == first[0][: first[0].index(eos) + 1]
     assert bool(state.done[0])
 
 

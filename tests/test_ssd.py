@@ -49,8 +49,9 @@ def test_geometric_fanout_spends_the_budget_and_covers_every_k():
         geometric_fanout(3, 0.5, 1.0, GAMMA)
 
 
-@pytest.mark.parametrize("text,message", [("x", "whole numbers"), ("1,2", "needs 4"),
-                                          ("geometric:2", "cannot cover")])
+@pytest.mark.parametrize(
+    "text,message", [("x", "whole numbers"), ("1,2", "needs 4"), ("geometric:2", "cannot cover")]
+)
 def test_a_bad_fanout_is_one_sentence(text, message):
     with pytest.raises(UserError, match=message):
         parse_fanout(text, GAMMA)
@@ -88,8 +89,9 @@ def test_at_temperature_0_ssd_has_exactly_the_rounds_of_ordinary_speculation(pai
     round. A cache whose branch continued another text (looked up by k alone, or built from
     the wrong context) fails this."""
     (cfg, g, _), draft = pair
-    fixed = dict(graphdef=g, cfg=cfg, drafter=DraftModel(draft[1], draft[0]), gamma=GAMMA,
-                 eos_id=-1)
+    fixed = dict(
+        graphdef=g, cfg=cfg, drafter=DraftModel(draft[1], draft[0]), gamma=GAMMA, eos_id=-1
+    )
     sd = _rounds(Speculator(**fixed), pair, GREEDY)
     ssd = _rounds(SSDSpeculator(**fixed, fanout=uniform_fanout(2, GAMMA)), pair, GREEDY)
     assert len(sd) == len(ssd)
@@ -107,9 +109,16 @@ def test_at_temperature_0_ssd_has_exactly_the_rounds_of_ordinary_speculation(pai
 
 def test_fused_and_step_wise_ssd_agree_and_count_their_hits(pair):
     (cfg, g, p), draft = pair
-    loop = SSDSpeculator(graphdef=g, cfg=cfg, drafter=DraftModel(draft[1], draft[0]),
-                         gamma=GAMMA, eos_id=-1, fanout=(2, 1, 1, 1), saguaro_c=0.6,
-                         backup="fast")
+    loop = SSDSpeculator(
+        graphdef=g,
+        cfg=cfg,
+        drafter=DraftModel(draft[1], draft[0]),
+        gamma=GAMMA,
+        eos_id=-1,
+        fanout=(2, 1, 1, 1),
+        saguaro_c=0.6,
+        backup="fast",
+    )
     sp = SamplingParams.make(1.0)
     steps = _rounds(loop, pair, sp)
     tokens, lengths = pad_prompts([PROMPT if i % 2 else PROMPT_B for i in range(64)], cfg.n_ctx)
@@ -119,21 +128,47 @@ def test_fused_and_step_wise_ssd_agree_and_count_their_hits(pair):
     assert stats.cached_rounds() == hits == steps[-1].stats.cached_rounds() > 0
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(fanout=(1, 1)), "one count per k"), (dict(fanout=(1, 1, 1, 9)), "exceeds"),
-    (dict(fanout=(1,) * 4, saguaro_c=0.0), "Saguaro"),
-    (dict(fanout=(1,) * 4, backup="other"), "Unknown backup")])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(fanout=(1, 1)), "one count per k"),
+        (dict(fanout=(1, 1, 1, 9)), "exceeds"),
+        (dict(fanout=(1,) * 4, saguaro_c=0.0), "Saguaro"),
+        (dict(fanout=(1,) * 4, backup="other"), "Unknown backup"),
+    ],
+)
 def test_bad_ssd_settings_are_refused(pair, kwargs, message):
     (cfg, g, _), draft = pair
     with pytest.raises(UserError, match=message):
-        SSDSpeculator(graphdef=g, cfg=cfg, drafter=DraftModel(draft[1], draft[0]), gamma=GAMMA,
-                      eos_id=-1, **kwargs)
+        SSDSpeculator(
+            graphdef=g,
+            cfg=cfg,
+            drafter=DraftModel(draft[1], draft[0]),
+            gamma=GAMMA,
+            eos_id=-1,
+            **kwargs,
+        )
 
 
 def test_generate_ssd_traces_where_every_round_drafted_from(capsys, tiny_ckpt_dir, tmp_path):
     path = tmp_path / "ssd.jsonl"
-    args = ["generate", "--prompt", "The capital of", "--method", "ssd", "--temperature", "0",
-            "--max-new-tokens", "12", "--fanout", "2", "--saguaro-c", "0.5", "--backup", "fast"]
+    args = [
+        "generate",
+        "--prompt",
+        "The capital of",
+        "--method",
+        "ssd",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "12",
+        "--fanout",
+        "2",
+        "--saguaro-c",
+        "0.5",
+        "--backup",
+        "fast",
+    ]
     code, out, err = run(capsys, tiny_ckpt_dir, *args, "--trace", str(path))
     assert code == 0, err
     events = read_jsonl(path)
@@ -143,13 +178,25 @@ def test_generate_ssd_traces_where_every_round_drafted_from(capsys, tiny_ckpt_di
     assert len(rounds) == len(ends) and not rounds[0]["hit"]  # round 1 has no cache yet
     assert all(len(e["cache"]) == 10 and e["source"] in ("cache", "backup") for e in rounds)
     for e, end in zip(rounds, ends):  # the outcome is how the round ended
-        assert e["outcome"] == [end["accepted"], end["emitted"][-1]] or \
-            len(end["emitted"]) < end["accepted"] + 1  # cut short at max_new
+        assert (
+            e["outcome"] == [end["accepted"], end["emitted"][-1]]
+            or len(end["emitted"]) < end["accepted"] + 1
+        )  # cut short at max_new
     code, out, err = run(capsys, tiny_ckpt_dir, *args, "--json")
     stats = json.loads(out)["stats"]
     assert stats["cache_hit_rate"] == pytest.approx(summarize(events)["cache_hit_rate"], abs=1e-4)
-    code, out, err = run(capsys, tiny_ckpt_dir, "generate", "--prompt", "The capital of",
-                         "--json", "--temperature", "0", "--max-new-tokens", "12")
+    code, out, err = run(
+        capsys,
+        tiny_ckpt_dir,
+        "generate",
+        "--prompt",
+        "The capital of",
+        "--json",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "12",
+    )
     assert json.loads(out)["tokens"] == [t for e in ends for t in e["emitted"]]
     code, out, err = run(capsys, tiny_ckpt_dir, *args, "--show")
     lines = [line for line in out.splitlines() if line.startswith("round")]
@@ -158,11 +205,15 @@ def test_generate_ssd_traces_where_every_round_drafted_from(capsys, tiny_ckpt_di
     assert [line.split()[3] for line in lines] == ["◆" if e["hit"] else "◇" for e in rounds]
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--method", "draft", "--fanout", "2"], "--fanout set speculative speculative decoding"),
-    (["--method", "ssd", "--fanout", "1,2"], "γ = 4 needs 5"),
-    (["--method", "ssd", "--saguaro-c", "1.5"], "--saguaro-c must be in (0, 1]"),
-    (["--method", "ssd", "--tree", "2,1"], "drop --tree")])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--method", "draft", "--fanout", "2"], "--fanout set speculative speculative decoding"),
+        (["--method", "ssd", "--fanout", "1,2"], "γ = 4 needs 5"),
+        (["--method", "ssd", "--saguaro-c", "1.5"], "--saguaro-c must be in (0, 1]"),
+        (["--method", "ssd", "--tree", "2,1"], "drop --tree"),
+    ],
+)
 def test_bad_ssd_flags_are_one_sentence(capsys, tiny_ckpt_dir, args, message):
     code, out, err = run(capsys, tiny_ckpt_dir, "generate", "--prompt", "x", *args)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
@@ -172,8 +223,13 @@ def test_bench_runs_ssd_chains_and_skips_its_trees(tiny_ckpt_dir):
     bundle = Bundle.load(tiny_ckpt_dir, ["target", "draft"])
     runs, tree_runs, skipped = plan_runs(bundle, ["ssd"], [2], {"2,1": Tree.from_branching((2, 1))})
     assert runs == [("ssd", 2)] and tree_runs == []
-    assert skipped == [{"method": "ssd", "tree": "2,1",
-                        "reason": "ssd pre-drafts a chain for each outcome it guesses"}]
+    assert skipped == [
+        {
+            "method": "ssd",
+            "tree": "2,1",
+            "reason": "ssd pre-drafts a chain for each outcome it guesses",
+        }
+    ]
 
 
 def test_the_memory_plan_and_the_demo_size_caches_for_ssds_branches(tiny_ckpt_dir):
@@ -183,10 +239,12 @@ def test_the_memory_plan_and_the_demo_size_caches_for_ssds_branches(tiny_ckpt_di
     from nanospec.samples import plan_chunks
     from viz.live import LiveRun
     from viz.settings import Settings
+
     bundle = Bundle.load(tiny_ckpt_dir, ["target", "draft"])
     budget = 2**24
     plan = lambda method, block, **ssd: plan_chunks(
-        make_loop(bundle, method, ssd=SSDOptions(**ssd))[0].kv_models(), 10**6, block, 64, budget)
+        make_loop(bundle, method, ssd=SSDOptions(**ssd))[0].kv_models(), 10**6, block, 64, budget
+    )
     draft, ssd, ar = plan("draft", 4), plan("ssd", 4, fanout="2"), plan("ar", 1)
     assert ssd.rows < draft.rows < ar.rows
     run = LiveRun(bundle, Settings(method="ssd", gamma=3, max_new=8))

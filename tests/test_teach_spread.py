@@ -9,16 +9,28 @@ import pytest
 from nanospec import teach
 
 
-@pytest.mark.parametrize("sentence, parts, numbers", [
-    ("α̂ = 0.93 above α* = 0.40", ("α̂ = ", " above α* = ", ""), ["0.93", "0.40"]),
-    ("served 1.25× the tokens, 45% of them", ("served ", "× the tokens, ", "% of them"),
-     ["1.25", "45"]),
-    ("p-value 0.031 > 1e-4 at N = 20,000", ("p-value ", " > ", " at N = ", ""),
-     ["0.031", "1e-4", "20,000"]),
-    ("moved by -3 and −2, held 3/4", ("moved by ", " and ", ", held ", "/", ""),
-     ["-3", "−2", "3", "4"]),
-    ("[.644 .237] in float32 on x2", ("[", " ", "] in float32 on x2"), [".644", ".237"]),
-])
+@pytest.mark.parametrize(
+    "sentence, parts, numbers",
+    [
+        ("α̂ = 0.93 above α* = 0.40", ("α̂ = ", " above α* = ", ""), ["0.93", "0.40"]),
+        (
+            "served 1.25× the tokens, 45% of them",
+            ("served ", "× the tokens, ", "% of them"),
+            ["1.25", "45"],
+        ),
+        (
+            "p-value 0.031 > 1e-4 at N = 20,000",
+            ("p-value ", " > ", " at N = ", ""),
+            ["0.031", "1e-4", "20,000"],
+        ),
+        (
+            "moved by -3 and −2, held 3/4",
+            ("moved by ", " and ", ", held ", "/", ""),
+            ["-3", "−2", "3", "4"],
+        ),
+        ("[.644 .237] in float32 on x2", ("[", " ", "] in float32 on x2"), [".644", ".237"]),
+    ],
+)
 def test_template_replaces_each_number_and_keeps_the_words(sentence, parts, numbers):
     assert teach.template(sentence) == (parts, numbers)
 
@@ -35,12 +47,19 @@ def claims(lesson, *pairs):
 
 
 def test_table_shows_ranges_bold_counts_failures_and_matches_repeats_by_order():
-    runs = [claims("01_a.py", ("step cost 0.61× at 16 slots", True), ("TV 0.010", True),
-                   ("TV 0.020", True)) + claims("02_b.py", ("α = 0.9", True)),
-            claims("01_a.py", ("step cost 0.66× at 16 slots", True), ("TV 0.010", True),
-                   ("TV 0.030", True)) + claims("02_b.py", ("α = 0.9", False)),
-            claims("01_a.py", ("step cost 0.64× at 16 slots", True), ("TV 0.010", True),
-                   ("TV 0.020", True))]  # 02_b stopped before its claim
+    runs = [
+        claims(
+            "01_a.py", ("step cost 0.61× at 16 slots", True), ("TV 0.010", True), ("TV 0.020", True)
+        )
+        + claims("02_b.py", ("α = 0.9", True)),
+        claims(
+            "01_a.py", ("step cost 0.66× at 16 slots", True), ("TV 0.010", True), ("TV 0.030", True)
+        )
+        + claims("02_b.py", ("α = 0.9", False)),
+        claims(
+            "01_a.py", ("step cost 0.64× at 16 slots", True), ("TV 0.010", True), ("TV 0.020", True)
+        ),
+    ]  # 02_b stopped before its claim
     seconds = {"01_a.py": [40.2, 44.6, 41.0], "02_b.py": [3.0, 3.1, 2.9], "03_c.py": [1, 1, 1]}
     rows = teach.spread_rows(runs, seconds, {"02_b.py": 2})
     assert rows[2:] == [
@@ -49,14 +68,17 @@ def test_table_shows_ranges_bold_counts_failures_and_matches_repeats_by_order():
         "| | | TV **0.020–0.030** | 3/3 |",
         "| 02_b.py | 3 | α = 0.9 | 1/3, ✗ 1 |",
         "| | | *exited with a non-zero status in 2 of 3 runs* | |",
-        "| 03_c.py | 1 | *no claims* | |"]
+        "| 03_c.py | 1 | *no claims* | |",
+    ]
 
 
 def test_a_claims_markdown_is_escaped():
     sentence = "α* = 0.5 | x_1 is *not* [a link] <b>, but 1 < 2 > 0"
     row = teach.spread_rows([claims("01_a.py", (sentence, True))], {"01_a.py": [1.0]}, {})[2]
-    assert row == (r"| 01_a.py | 1 | α\* = 0.5 \| x\_1 is \*not\* \[a link\] \<b>, but 1 < 2 > 0 "
-                   "| 1/1 |")
+    assert row == (
+        r"| 01_a.py | 1 | α\* = 0.5 \| x\_1 is \*not\* \[a link\] \<b>, but 1 < 2 > 0 "
+        "| 1/1 |"
+    )
 
 
 def test_spread_runs_each_lesson_n_times_and_writes_the_table(tmp_path, monkeypatch):
@@ -67,21 +89,28 @@ def test_spread_runs_each_lesson_n_times_and_writes_the_table(tmp_path, monkeypa
         "import pathlib; from nanospec.teach import claim\n"
         "f = pathlib.Path(__file__).with_suffix('.n'); n = len(f.read_text()) if f.exists() "
         "else 0; f.write_text('x' * (n + 1))\n"
-        "claim(True, f'run {n}, 7 every time'); claim(n == 0, f'{0.5 + n / 4:.2f} held')\n")
+        "claim(True, f'run {n}, 7 every time'); claim(n == 0, f'{0.5 + n / 4:.2f} held')\n"
+    )
     monkeypatch.setattr(teach, "lesson_files", lambda: [lesson])
     out = tmp_path / "NUMBERS.md"
     assert teach.run_spread(2, out, []) == 1  # a run failed
     text = out.read_text(encoding="utf-8")
     assert "Every lesson run 2 times on" in text and f"--spread 2 --out {out}" in text
     lines = text.splitlines()
-    assert re.fullmatch(r"\| 01_fake\.py \| \d+(–\d+)? \| run \*\*0–1\*\*, 7 every time "
-                        r"\| 2/2 \|", lines[-3]), lines[-3]
-    assert lines[-2:] == ["| | | **0.50–0.75** held | 1/2, ✗ 1 |",
-                          "| | | *exited with a non-zero status in 1 of 2 runs* | |"]
+    assert re.fullmatch(
+        r"\| 01_fake\.py \| \d+(–\d+)? \| run \*\*0–1\*\*, 7 every time "
+        r"\| 2/2 \|",
+        lines[-3],
+    ), lines[-3]
+    assert lines[-2:] == [
+        "| | | **0.50–0.75** held | 1/2, ✗ 1 |",
+        "| | | *exited with a non-zero status in 1 of 2 runs* | |",
+    ]
 
 
-@pytest.mark.parametrize("argv", [["--spread", "0"], ["--out", "x.md"],
-                                  ["--spread", "2", "--out", "table.txt"]])
+@pytest.mark.parametrize(
+    "argv", [["--spread", "0"], ["--out", "x.md"], ["--spread", "2", "--out", "table.txt"]]
+)
 def test_a_wrong_spread_command_is_one_sentence_and_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as done:
         teach.main(argv)

@@ -34,10 +34,33 @@ MIXED = [
 
 # Strings chosen to be awkward for a byte-level tokenizer; hypothesis glues them together.
 AWKWARD = [
-    "\x00", "\n", "\r\n", "\t", "   ", " \n ", "\u2028", "\ufeff", "\u00a0",
-    "e\u0301", "\u0301", "Z\u0351\u0364\u0350",  # combining marks, also with no base letter
-    "😀", "👍🏽", "👨‍👩‍👧", "🇫🇷", "\U0010ffff", "\ud7ff", "\ue000",
-    EOS_TEXT, "<|endoftext", "|>", " Paris", "'s", "'ll", "123", "x²",
+    "\x00",
+    "\n",
+    "\r\n",
+    "\t",
+    "   ",
+    " \n ",
+    "\u2028",
+    "\ufeff",
+    "\u00a0",
+    "e\u0301",
+    "\u0301",
+    "Z\u0351\u0364\u0350",  # combining marks, also with no base letter
+    "😀",
+    "👍🏽",
+    "👨‍👩‍👧",
+    "🇫🇷",
+    "\U0010ffff",
+    "\ud7ff",
+    "\ue000",
+    EOS_TEXT,
+    "<|endoftext",
+    "|>",
+    " Paris",
+    "'s",
+    "'ll",
+    "123",
+    "x²",
 ]
 unicode_text = st.one_of(
     st.text(),  # arbitrary code points (hypothesis leaves out lone surrogates: not valid UTF-8)
@@ -56,7 +79,7 @@ def mixed_tok() -> Tokenizer:
 def naive_merge(ids, pair, new_id):
     out, i = [], 0
     while i < len(ids):
-        if ids[i:i + 2] == list(pair):
+        if ids[i : i + 2] == list(pair):
             out.append(new_id)
             i += 2
         else:
@@ -98,16 +121,19 @@ def test_merge_docstring_example():
     assert results.attempted >= 1 and results.failed == 0
 
 
-@pytest.mark.parametrize("ids, pair, expected", [
-    ([1, 2, 1, 2, 3], (1, 2), [9, 9, 3]),
-    ([1, 1, 1], (1, 1), [9, 1]),  # non-overlapping, left to right
-    ([1, 1, 1, 1], (1, 1), [9, 9]),
-    ([3, 1, 2], (1, 2), [3, 9]),  # pair at the very end
-    ([2, 1], (1, 2), [2, 1]),  # order matters
-    ([1], (1, 2), [1]),
-    ([], (1, 2), []),
-    ([1, 2, 2], (2, 2), [1, 9]),
-])
+@pytest.mark.parametrize(
+    "ids, pair, expected",
+    [
+        ([1, 2, 1, 2, 3], (1, 2), [9, 9, 3]),
+        ([1, 1, 1], (1, 1), [9, 1]),  # non-overlapping, left to right
+        ([1, 1, 1, 1], (1, 1), [9, 9]),
+        ([3, 1, 2], (1, 2), [3, 9]),  # pair at the very end
+        ([2, 1], (1, 2), [2, 1]),  # order matters
+        ([1], (1, 2), [1]),
+        ([], (1, 2), []),
+        ([1, 2, 2], (2, 2), [1, 9]),
+    ],
+)
 def test_merge_replaces_non_overlapping_pairs_left_to_right(ids, pair, expected):
     assert _merge(ids, pair, 9) == expected
 
@@ -128,8 +154,12 @@ def test_training_on_aaabdaaabac_learns_the_textbook_merges():
 def test_training_stops_when_no_pair_is_left():
     # Continuing the example: (a,c)->260, then (d,259)->261, (259,261)->262, (262,260)->263.
     tok = Tokenizer.train(["aaabdaaabac"], vocab_size=10_000)
-    assert list(tok.merges.items())[3:] == [((97, 99), 260), ((100, 259), 261),
-                                            ((259, 261), 262), ((262, 260), 263)]
+    assert list(tok.merges.items())[3:] == [
+        ((97, 99), 260),
+        ((100, 259), 261),
+        ((259, 261), 262),
+        ((262, 260), 263),
+    ]
     assert tok.encode("aaabdaaabac") == [263]
     assert tok.vocab_size == 264
 
@@ -180,9 +210,11 @@ CORPORA = {
     "aaabdaaabac": ["aaabdaaabac"],
     "repeats": ["aaaa aaaa aaaaaaa", "abababab ab ab"],
     "mixed": MIXED,
-    "facts": ["The capital of France is Paris. The capital of Spain is Madrid.",
-              "Repeat after me: the quick brown fox. The quick brown fox.",
-              "def capital_of(country):\n    return capitals[country]\n"],
+    "facts": [
+        "The capital of France is Paris. The capital of Spain is Madrid.",
+        "Repeat after me: the quick brown fox. The quick brown fox.",
+        "def capital_of(country):\n    return capitals[country]\n",
+    ],
 }
 
 
@@ -196,8 +228,10 @@ def test_training_equals_naive_bpe(name):
 
 
 @settings(max_examples=60, deadline=None)
-@given(texts=st.lists(st.text(alphabet="aab c\n", max_size=40), max_size=4),
-       n_merges=st.integers(0, 25))
+@given(
+    texts=st.lists(st.text(alphabet="aab c\n", max_size=40), max_size=4),
+    n_merges=st.integers(0, 25),
+)
 def test_training_equals_naive_bpe_on_random_corpora(texts, n_merges):
     # A tiny alphabet makes ties, overlapping pairs ("aaa") and exhaustion common.
     tok = Tokenizer.train(texts, vocab_size=FIRST_MERGE_ID + n_merges)
@@ -277,15 +311,19 @@ def test_loading_a_missing_file_is_a_user_error(tmp_path):
         Tokenizer.load(tmp_path / "nope.json")
 
 
-@pytest.mark.parametrize("content", [
-    b"",
-    b"this is not json",
-    b"\xff\xfe\x00garbage",  # not even UTF-8
-    b'{"format": "nanospec-bpe", "version": 1',  # truncated
-    b'{"format": "tiktoken", "version": 1, "merges": []}',  # someone else's format
-    b'{"format": "nanospec-bpe", "version": 2, "merges": []}',  # a future version
-    b'{"format": "nanospec-bpe", "version": 1}',  # merges missing
-], ids=["empty", "text", "binary", "truncated", "foreign", "version", "no-merges"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"this is not json",
+        b"\xff\xfe\x00garbage",  # not even UTF-8
+        b'{"format": "nanospec-bpe", "version": 1',  # truncated
+        b'{"format": "tiktoken", "version": 1, "merges": []}',  # someone else's format
+        b'{"format": "nanospec-bpe", "version": 2, "merges": []}',  # a future version
+        b'{"format": "nanospec-bpe", "version": 1}',  # merges missing
+    ],
+    ids=["empty", "text", "binary", "truncated", "foreign", "version", "no-merges"],
+)
 def test_loading_a_bad_file_is_a_user_error(tmp_path, content):
     path = tmp_path / "tokenizer.json"
     path.write_bytes(content)
@@ -293,11 +331,15 @@ def test_loading_a_bad_file_is_a_user_error(tmp_path, content):
         Tokenizer.load(path)
 
 
-@pytest.mark.parametrize("doc", [
-    [1, 2],
-    {"format": "nanospec-bpe", "version": 1, "merges": [[999, 1000]]},
-    {"format": "nanospec-bpe", "version": 1, "merges": [[1]]},
-], ids=["list", "unknown-ids", "not-pairs"])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        [1, 2],
+        {"format": "nanospec-bpe", "version": 1, "merges": [[999, 1000]]},
+        {"format": "nanospec-bpe", "version": 1, "merges": [[1]]},
+    ],
+    ids=["list", "unknown-ids", "not-pairs"],
+)
 def test_loading_well_formed_json_of_the_wrong_shape_is_a_user_error(tmp_path, doc):
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(doc))

@@ -73,8 +73,9 @@ def test_every_round_reads_draft_verify_judgement_then_extra_token(run):
         n_acc = types.count("accept")
         assert types[:3] == ["draft"] * 3 and types[3] == "verify"
         judged = types[4:7]
-        assert judged == ["accept"] * n_acc + (["reject"] if n_acc < 3 else []) + \
-            ["discard"] * (3 - n_acc - 1 if n_acc < 3 else 0)
+        assert judged == ["accept"] * n_acc + (["reject"] if n_acc < 3 else []) + ["discard"] * (
+            3 - n_acc - 1 if n_acc < 3 else 0
+        )
         assert types[7] == ("bonus" if n_acc == 3 else "resample") and types[8] == "round_end"
 
 
@@ -97,8 +98,9 @@ def test_summary_matches_the_fused_drivers_counters(run):
 def test_emitted_tokens_rebuild_the_generated_text(run):
     events, stepwise, _, lengths = run
     for row, out in enumerate(generated(stepwise, lengths)):
-        emitted = [t for e in events if e["type"] == "round_end" and e["row"] == row
-                   for t in e["emitted"]]
+        emitted = [
+            t for e in events if e["type"] == "round_end" and e["row"] == row for t in e["emitted"]
+        ]
         assert emitted == out
 
 
@@ -111,13 +113,16 @@ def test_accept_and_reject_events_agree_with_u_and_the_ratio(run):
             assert e["u"] * e["q"] >= e["p"]
 
 
-@pytest.mark.parametrize("content,match", [
-    (None, "not found"),
-    ('{"schema": 2, "type": "run_start"}\n{"schema": 2, "ty', "not valid JSON"),
-    ('{"schema": 3, "type": "run_start"}\n', "schema 3"),
-    ('{"schema": 1, "type": "draft"}\n', "run_start"),
-    ("", "run_start"),
-])
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        (None, "not found"),
+        ('{"schema": 2, "type": "run_start"}\n{"schema": 2, "ty', "not valid JSON"),
+        ('{"schema": 3, "type": "run_start"}\n', "schema 3"),
+        ('{"schema": 1, "type": "draft"}\n', "run_start"),
+        ("", "run_start"),
+    ],
+)
 def test_a_bad_trace_file_is_one_clear_error(tmp_path, content, match):
     path = tmp_path / "bad.jsonl"
     if content is not None:

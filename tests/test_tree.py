@@ -39,8 +39,15 @@ HAND = Tree((-1, 0, 0, 0, 1, 1, 3))
 def test_hand_drawn_tree_depth_children_and_ancestors():
     assert HAND.size == 7 and HAND.max_depth == 2
     assert HAND.depth.tolist() == [0, 1, 1, 1, 2, 2, 2]
-    assert HAND.children.tolist() == [[1, 2, 3], [4, 5, -1], [-1, -1, -1], [6, -1, -1],
-                                      [-1, -1, -1], [-1, -1, -1], [-1, -1, -1]]
+    assert HAND.children.tolist() == [
+        [1, 2, 3],
+        [4, 5, -1],
+        [-1, -1, -1],
+        [6, -1, -1],
+        [-1, -1, -1],
+        [-1, -1, -1],
+        [-1, -1, -1],
+    ]
     m = HAND.ancestor_mask.astype(int)
     assert m[5].tolist() == [1, 1, 0, 0, 0, 1, 0]  # 5 sees the root, its parent 1, and itself
     assert m[6].tolist() == [1, 0, 0, 1, 0, 0, 1]
@@ -54,23 +61,41 @@ def test_constructors_build_bfs_trees():
     t = Tree.from_branching((2, 2, 1))
     assert t.size == 1 + 2 + 4 + 4 and t.max_depth == 3
     assert t.parents[:7] == (-1, 0, 0, 1, 1, 2, 2)
-    assert Tree.from_branching((3, 1)).children[:4].tolist() == [[1, 2, 3], [4, -1, -1],
-                                                                 [5, -1, -1], [6, -1, -1]]
+    assert Tree.from_branching((3, 1)).children[:4].tolist() == [
+        [1, 2, 3],
+        [4, -1, -1],
+        [5, -1, -1],
+        [6, -1, -1],
+    ]
 
 
-@pytest.mark.parametrize("make", [
-    lambda: Tree(()),  # empty
-    lambda: Tree((-1,)),  # nothing drafted
-    lambda: Tree((0, 0)),  # the root has a parent
-    lambda: Tree((-1, 0, 2)),  # a parent after its child
-    lambda: Tree((-1, 0, 1, 0)),  # not breadth-first
-    lambda: Tree.chain(0),
-    lambda: Tree.chain(64),  # 65 nodes
-    lambda: Tree.from_branching(()),
-    lambda: Tree.from_branching((2, 0)),
-    lambda: Tree.from_branching((4, 4, 4)),  # 85 nodes
-], ids=["empty", "root-only", "rooted-root", "parent-after-child", "not-bfs", "chain0",
-        "chain64", "no-widths", "zero-width", "too-large"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Tree(()),  # empty
+        lambda: Tree((-1,)),  # nothing drafted
+        lambda: Tree((0, 0)),  # the root has a parent
+        lambda: Tree((-1, 0, 2)),  # a parent after its child
+        lambda: Tree((-1, 0, 1, 0)),  # not breadth-first
+        lambda: Tree.chain(0),
+        lambda: Tree.chain(64),  # 65 nodes
+        lambda: Tree.from_branching(()),
+        lambda: Tree.from_branching((2, 0)),
+        lambda: Tree.from_branching((4, 4, 4)),  # 85 nodes
+    ],
+    ids=[
+        "empty",
+        "root-only",
+        "rooted-root",
+        "parent-after-child",
+        "not-bfs",
+        "chain0",
+        "chain64",
+        "no-widths",
+        "zero-width",
+        "too-large",
+    ],
+)
 def test_invalid_trees_raise_one_clear_sentence(make):
     with pytest.raises(ValueError) as err:
         make()
@@ -122,8 +147,8 @@ def test_walk_with_point_masses_known_answers():
 
 
 def test_sibling_outcome_worked_example():
-    accept, final = sibling_outcome(jnp.array([.5, .3, .2]), jnp.eye(3)[:2], jnp.array([0, 1]))
-    np.testing.assert_allclose(accept, [.5, .6], atol=1e-6)
+    accept, final = sibling_outcome(jnp.array([0.5, 0.3, 0.2]), jnp.eye(3)[:2], jnp.array([0, 1]))
+    np.testing.assert_allclose(accept, [0.5, 0.6], atol=1e-6)
     np.testing.assert_allclose(final, [0, 0, 1], atol=1e-6)
 
 
@@ -151,8 +176,16 @@ def test_compact_path_moves_the_right_slots():
     # row 1: nodes at 0..4; node 1 (slot 1) -> slot 1 and, repeated, slot 2 (beyond the length)
     assert out.k[0][1, :, 0, 0].tolist() == [100, 101, 101, 103, 104, 105, 106, 107]
     assert out.k[1][0, :, 0, 0].tolist() == [1000, 1001, 1003, 1005, 1004, 1005, 1006, 1007]
-    assert out.v[1][1, :, 0, 0].tolist() == [1100.5, 1101.5, 1101.5, 1103.5, 1104.5, 1105.5,
-                                             1106.5, 1107.5]
+    assert out.v[1][1, :, 0, 0].tolist() == [
+        1100.5,
+        1101.5,
+        1101.5,
+        1103.5,
+        1104.5,
+        1105.5,
+        1106.5,
+        1107.5,
+    ]
     assert out.length.tolist() == cache.length.tolist()
 
 
@@ -173,17 +206,24 @@ def test_one_tree_pass_equals_each_path_run_causally(model):
     empty = GPT(cfg, nnx.Rngs(0)).empty_cache(B)
     _, _, cache = fwd(g, p, prefix, jnp.broadcast_to(jnp.arange(L), (B, L)), empty)
     start = cache.length  # the root goes to slot L, at position L
-    tree_logits, _, _ = fwd(g, p, nodes, tree_positions(start, tree), cache,
-                                block_mask=jnp.asarray(tree.ancestor_mask))  # (B, N, V)
+    tree_logits, _, _ = fwd(
+        g, p, nodes, tree_positions(start, tree), cache, block_mask=jnp.asarray(tree.ancestor_mask)
+    )  # (B, N, V)
     for d in range(tree.max_depth + 1):  # every node of one depth in one causal batch
         at_d = np.flatnonzero(tree.depth == d)
         paths = np.stack([np.flatnonzero(tree.ancestor_mask[i]) for i in at_d])  # (n_d, d+1)
-        seqs = jnp.concatenate([jnp.repeat(prefix, len(at_d), axis=0),
-                                nodes[:, paths].reshape(B * len(at_d), d + 1)], axis=1)
+        seqs = jnp.concatenate(
+            [jnp.repeat(prefix, len(at_d), axis=0), nodes[:, paths].reshape(B * len(at_d), d + 1)],
+            axis=1,
+        )
         T = seqs.shape[1]
         full, _, _ = fwd(g, p, seqs, jnp.broadcast_to(jnp.arange(T), seqs.shape))
-        np.testing.assert_allclose(tree_logits[:, at_d].reshape(B * len(at_d), -1), full[:, -1],
-                                   atol=ATOL, err_msg=f"depth {d}")
+        np.testing.assert_allclose(
+            tree_logits[:, at_d].reshape(B * len(at_d), -1),
+            full[:, -1],
+            atol=ATOL,
+            err_msg=f"depth {d}",
+        )
 
 
 def test_compacted_cache_continues_like_a_causal_run(model):
@@ -196,14 +236,15 @@ def test_compacted_cache_continues_like_a_causal_run(model):
     empty = GPT(cfg, nnx.Rngs(0)).empty_cache(B)
     _, _, cache = fwd(g, p, prefix, jnp.broadcast_to(jnp.arange(L), (B, L)), empty)
     start = cache.length
-    _, _, cache = fwd(g, p, nodes, tree_positions(start, tree), cache,
-                          block_mask=jnp.asarray(tree.ancestor_mask))
+    _, _, cache = fwd(
+        g, p, nodes, tree_positions(start, tree), cache, block_mask=jnp.asarray(tree.ancestor_mask)
+    )
     path = jnp.array([[0, 2, 6], [0, 1, 1]])  # row 0 accepted 2 nodes, row 1 one
     n_accepted = jnp.array([2, 1])
     cache = rollback(compact_path(cache, start, path, tree), start + n_accepted + 1)
     nxt = jnp.array([[7], [8]])  # the correction / bonus token
     logits, _, _ = fwd(g, p, nxt, (start + n_accepted + 1)[:, None], cache)
     for b in range(B):
-        seq = jnp.concatenate([prefix[b], nodes[b, path[b, :n_accepted[b] + 1]], nxt[b]])[None]
+        seq = jnp.concatenate([prefix[b], nodes[b, path[b, : n_accepted[b] + 1]], nxt[b]])[None]
         full, _, _ = fwd(g, p, seq, jnp.arange(seq.shape[1])[None])
         np.testing.assert_allclose(logits[b, 0], full[0, -1], atol=ATOL, err_msg=f"row {b}")

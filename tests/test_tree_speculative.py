@@ -20,15 +20,20 @@ from tests.statistical.laws import PROMPT, PROMPT_B, tiny_drafters, tiny_pair
 PROMPTS = [PROMPT, PROMPT_B, [2, 2, 2, 1]]
 
 
-def tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, key, sp, max_new, eos_id, tree,
-                  top):
+def tree_generate(
+    g, p, cfg, drafter, dparams, tokens, lengths, key, sp, max_new, eos_id, tree, top
+):
     """The fused tree loop's (state, stats)."""
     spec = TreeSpeculator(graphdef=g, cfg=cfg, drafter=drafter, tree=tree, top=top, eos_id=eos_id)
     return spec.run(p, dparams, tokens, lengths, key, sp, max_new)
 
 
 def check_tree(cfg, drafter, lengths, max_new, tree):
-    TreeSpeculator(graphdef=None, cfg=cfg, drafter=drafter, tree=tree, eos_id=-1).check(lengths, max_new)
+    TreeSpeculator(graphdef=None, cfg=cfg, drafter=drafter, tree=tree, eos_id=-1).check(
+        lengths, max_new
+    )
+
+
 M = 6  # the tiny models hold 16 tokens: a 7-node tree needs 7 free slots per round
 
 
@@ -47,9 +52,23 @@ def test_a_chain_shaped_tree_is_the_chain(setup, name):
     (cfg, g, p), drafters, tokens, lengths = setup
     drafter, dparams = drafters[name]
     chain, chain_stats = Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=3, eos_id=-1).run(
-        p, dparams, tokens, lengths, jax.random.key(0), GREEDY, M)
-    tree, tree_stats = tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(0),
-                                     GREEDY, M, -1, Tree.chain(3), True)
+        p, dparams, tokens, lengths, jax.random.key(0), GREEDY, M
+    )
+    tree, tree_stats = tree_generate(
+        g,
+        p,
+        cfg,
+        drafter,
+        dparams,
+        tokens,
+        lengths,
+        jax.random.key(0),
+        GREEDY,
+        M,
+        -1,
+        Tree.chain(3),
+        True,
+    )
     assert generated(tree, lengths) == generated(chain, lengths)
     np.testing.assert_array_equal(tree_stats.hist, chain_stats.hist)
 
@@ -61,8 +80,21 @@ def test_greedy_trees_reproduce_the_target(setup, name, widths, top):
     (cfg, g, p), drafters, tokens, lengths = setup
     drafter, dparams = drafters[name]
     ar, _ = generate(g, p, cfg, tokens, lengths, jax.random.key(0), GREEDY, M, -1)
-    state, _ = tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(1),
-                             GREEDY, M, -1, Tree.from_branching(widths), top)
+    state, _ = tree_generate(
+        g,
+        p,
+        cfg,
+        drafter,
+        dparams,
+        tokens,
+        lengths,
+        jax.random.key(1),
+        GREEDY,
+        M,
+        -1,
+        Tree.from_branching(widths),
+        top,
+    )
     assert generated(state, lengths) == ar
 
 
@@ -75,13 +107,26 @@ def test_only_the_accepted_path_survives_in_the_cache(setup):
     every row clear of that.)"""
     (cfg, g, p), drafters, tokens, lengths = setup
     drafter, dparams = drafters["draft"]
-    state, stats = tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(3),
-                                 SamplingParams.make(1.0), M, -1, Tree.from_branching((3, 1)), False)
+    state, stats = tree_generate(
+        g,
+        p,
+        cfg,
+        drafter,
+        dparams,
+        tokens,
+        lengths,
+        jax.random.key(3),
+        SamplingParams.make(1.0),
+        M,
+        -1,
+        Tree.from_branching((3, 1)),
+        False,
+    )
     assert int(jnp.sum(stats.hist[:, 1:])) > 0  # some rounds did accept tree nodes
     for b in range(len(PROMPTS)):
         n = int(state.cache.length[b])
         assert n == int(state.length[b]) - 1
-        _, _, fresh = forward(g, p, state.seq[b:b + 1, :n], jnp.arange(n)[None])
+        _, _, fresh = forward(g, p, state.seq[b : b + 1, :n], jnp.arange(n)[None])
         for layer in range(cfg.n_layer):
             np.testing.assert_allclose(state.cache.k[layer][b, :n], fresh.k[layer][0], atol=1e-5)
             np.testing.assert_allclose(state.cache.v[layer][b, :n], fresh.v[layer][0], atol=1e-5)
@@ -91,8 +136,21 @@ def test_changing_the_temperature_does_not_recompile(setup):
     (cfg, g, p), drafters, tokens, lengths = setup
     drafter, dparams = drafters["medusa"]
     tree = Tree.from_branching((2, 1))
-    run = lambda t: tree_generate(g, p, cfg, drafter, dparams, tokens, lengths, jax.random.key(0),
-                                  SamplingParams.make(t), M, -1, tree, True)
+    run = lambda t: tree_generate(
+        g,
+        p,
+        cfg,
+        drafter,
+        dparams,
+        tokens,
+        lengths,
+        jax.random.key(0),
+        SamplingParams.make(t),
+        M,
+        -1,
+        tree,
+        True,
+    )
     run(1.0)
     before = _fused._cache_size()
     run(0.5)
@@ -121,9 +179,14 @@ def test_top_k_siblings_are_the_drafters_real_guesses_whatever_the_sampling(setu
     tree = Tree.from_branching((3, 1))
     spec = TreeSpeculator(graphdef=g, cfg=cfg, drafter=drafter, tree=tree, top=True, eos_id=-1)
     state = spec.prefill(p, dparams, tokens, lengths, jax.random.key(0))
-    grown = {t: spec.draft(dparams, state, sp)[0].tokens
-             for t, sp in (("greedy", GREEDY), ("T1", SamplingParams.make(1.0)),
-                           ("cut", SamplingParams.make(0.7, 1, 1.0)))}
+    grown = {
+        t: spec.draft(dparams, state, sp)[0].tokens
+        for t, sp in (
+            ("greedy", GREEDY),
+            ("T1", SamplingParams.make(1.0)),
+            ("cut", SamplingParams.make(0.7, 1, 1.0)),
+        )
+    }
     np.testing.assert_array_equal(grown["greedy"], grown["T1"])
     np.testing.assert_array_equal(grown["cut"], grown["T1"])
     first = np.asarray(grown["greedy"])[:, 1:4]  # the root's three children

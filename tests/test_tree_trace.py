@@ -44,4 +44,4 @@ def test_traced_tree_rounds_emit_what_the_fused_tree_loop_emits(bundle, method, 
         assert len(r["nodes"]) == tree.size - 1 and end["drafted"] == tree.size - 1
         # the path's tokens are what was emitted, then the resampled or bonus token
         path_tokens = [n["token"] for n in r["nodes"] if n["verdict"] == "accept"]
-        assert end["emitted"][:len(path_tokens)] == path_tokens[:len(end["emitted"])]
+        assert end["emitted"][: len(path_tokens)] == path_tokens[: len(end["emitted"])]

@@ -55,9 +55,17 @@ class DemoApp(KeyActions, Toasts, App):
     speed: reactive[float] = reactive(1.0)
     cursor: reactive[int | None] = reactive(None)  # the slot the charts explain; None: follow
 
-    def __init__(self, recording: Recording | None = None, *, bundle=None,
-                 settings: Settings | None = None, source: str = "live", autoplay: bool = True,
-                 start_round: int | None = None, save_dir: str | Path = "traces"):
+    def __init__(
+        self,
+        recording: Recording | None = None,
+        *,
+        bundle=None,
+        settings: Settings | None = None,
+        source: str = "live",
+        autoplay: bool = True,
+        start_round: int | None = None,
+        save_dir: str | Path = "traces",
+    ):
         """Replay a `recording`, or run live with `bundle` (the loaded models) and `settings`."""
         super().__init__()
         self.recording, self.settings = recording, settings
@@ -140,10 +148,10 @@ class DemoApp(KeyActions, Toasts, App):
         text = self.query_one(TextPanel)
         text.prompt = self.recording.start["prompt"] if self.recording else ""
         text.rounds, text.frame = rounds, frame
-        committed = [e for r in rounds[:frame.committed] for e in r.events] if frame else []
+        committed = [e for r in rounds[: frame.committed] for e in r.events] if frame else []
         self.query_one(StatsPanel).summary = summarize(committed) if committed else None
         timeline = self.query_one(Timeline)
-        shown = rounds[:pos.round + 1] if pos else []
+        shown = rounds[: pos.round + 1] if pos else []
         timeline.times = tuple((r.draft_ms, r.verify_ms) for r in shown)
         timeline.current = pos.round if pos else 0
         timeline.compile_ms = self.recording.compile_ms if self.recording else None
@@ -159,7 +167,9 @@ class DemoApp(KeyActions, Toasts, App):
             backup = start.get("backup", "")
             state = cache_state(self.rounds, frame, self.done, backup) if frame else None
             panel.state = state
-            panel.border_title = cache_title(state, self.size.width) if state else "speculation cache"
+            panel.border_title = (
+                cache_title(state, self.size.width) if state else "speculation cache"
+            )
 
     def _where(self, frame, of: str = " of ") -> str:
         more = "" if self.done else "+"  # more rounds are on their way
@@ -168,8 +178,16 @@ class DemoApp(KeyActions, Toasts, App):
     def _draw_status(self, frame) -> None:
         where = f"round {self._where(frame, '/')}" if frame else "no rounds yet"
         start = self.recording.start if self.recording else {}
-        self.query_one(StatusBar).status = Status(self.source, start, self.playing, self.speed,
-                                                  where, self._busy(), self.error, self.ticks)
+        self.query_one(StatusBar).status = Status(
+            self.source,
+            start,
+            self.playing,
+            self.speed,
+            where,
+            self._busy(),
+            self.error,
+            self.ticks,
+        )
 
     def _busy(self) -> str:
         if not self.live or self.done or self.error:
@@ -255,8 +273,9 @@ class DemoApp(KeyActions, Toasts, App):
 
     def on_recorder_round_recorded(self, message: Recorder.RoundRecorded) -> None:
         if self.recorder.is_current(message):
-            self.recording.rounds.append(round_from_events(
-                [e for e in message.events if e.get("row", 0) == 0]))
+            self.recording.rounds.append(
+                round_from_events([e for e in message.events if e.get("row", 0) == 0])
+            )
             self._rounds_arrived()
             self._redraw()
 

@@ -53,13 +53,22 @@ def cache_state(rounds: list[Round], frame: Frame, done: bool, backup: str = "")
     """The panel's state for `frame` (rounds: the run's rounds so far; done: no more to come)."""
     rnd = frame.round
     r, spec = rnd.index, rnd.ssd
-    later = [x.ssd for x in rounds[1:r + 1] if x.ssd is not None]
+    later = [x.ssd for x in rounds[1 : r + 1] if x.ssd is not None]
     t_text = ""
     if spec is not None:  # t* is the round's own ↻ or ★ token (the trace stores it by id)
         t_text = rnd.extra.text if rnd.extra.token == spec.outcome[1] else f"#{spec.outcome[1]}"
     ph = frame.step.phase
-    return CacheState(r, spec, ph >= Phase.VERIFY, ph >= Phase.EXTRA, sum(s.hit for s in later),
-                      len(later), done and r == len(rounds) - 1, backup, t_text)
+    return CacheState(
+        r,
+        spec,
+        ph >= Phase.VERIFY,
+        ph >= Phase.EXTRA,
+        sum(s.hit for s in later),
+        len(later),
+        done and r == len(rounds) - 1,
+        backup,
+        t_text,
+    )
 
 
 def _backup(s: CacheState) -> str:
@@ -101,8 +110,15 @@ def verdict(s: CacheState, short: bool) -> list[Text]:
     from, or that it misses."""
     spec, n = s.spec, s.round + 2
     if not s.revealed:
-        return [] if short else words("Each guess: k drafts accepted, then t*. The verdict "
-                                      "lights the one that comes true.", "dim italic")
+        return (
+            []
+            if short
+            else words(
+                "Each guess: k drafts accepted, then t*. The verdict "
+                "lights the one that comes true.",
+                "dim italic",
+            )
+        )
     hit = spec.branch is not None
     symbol, style = CACHE_MARKS["hit" if hit else "miss"]
     k, t = spec.outcome[0], token(s.t_text)
@@ -110,11 +126,17 @@ def verdict(s: CacheState, short: bool) -> list[Text]:
     if s.last:
         said = f"{'was' if hit else 'was not'} cached; the run ends here."
     elif hit:
-        said = (f"cached: round {n} drafts from it." if short else
-                f"was cached: round {n} drafts from this branch.")
+        said = (
+            f"cached: round {n} drafts from it."
+            if short
+            else f"was cached: round {n} drafts from this branch."
+        )
     else:
-        said = (f"not cached: round {n} misses." if short else
-                f"not cached: round {n} is a miss, {_backup(s)} drafts it.")
+        said = (
+            f"not cached: round {n} misses."
+            if short
+            else f"not cached: round {n} is a miss, {_backup(s)} drafts it."
+        )
     return [Text.assemble(what, " ", said)] if short else [what, *words(said)]
 
 
@@ -132,9 +154,15 @@ def cache_view(s: CacheState | None, width: int, height: int | None = None) -> T
     if s.spec is None:
         return Text("This trace has no ssd events, so the cache cannot be drawn.", style="italic")
     if not s.built:
-        return flow(words(f"While the target verifies these drafts, the drafter guesses how "
-                          f"this round ends and pre-drafts round {s.round + 2} for each guess.",
-                          "dim italic"), width, sep=" ")
+        return flow(
+            words(
+                f"While the target verifies these drafts, the drafter guesses how "
+                f"this round ends and pre-drafts round {s.round + 2} for each guess.",
+                "dim italic",
+            ),
+            width,
+            sep=" ",
+        )
     lit = s.spec.branch if s.revealed else None
     head = Text(f"for round {s.round + 2}:", style="dim")
     out = flow([head] + branches(s.spec, lit, None), width)

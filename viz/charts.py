@@ -26,9 +26,11 @@ from textual.widget import Widget
 from viz.draw import DRAFT, TARGET, bar, num, token
 from viz.playhead import Chart
 
-SECTIONS = (("q", "q · the draft's law", DRAFT),
-            ("p", "p · the target's law", TARGET),
-            ("residual", "residual · norm(max(0, p − q))", "yellow"))
+SECTIONS = (
+    ("q", "q · the draft's law", DRAFT),
+    ("p", "p · the target's law", TARGET),
+    ("residual", "residual · norm(max(0, p − q))", "yellow"),
+)
 
 
 def shown_rows(law: tuple, rows: int, first, then=None) -> list:
@@ -53,8 +55,16 @@ def shown_rows(law: tuple, rows: int, first, then=None) -> list:
     return sorted(keep, key=lambda t: -t[2])
 
 
-def law_rows(keep: list, scale: float, width: int, color: str, marked, chosen, chosen_symbol: str,
-             label: str = "") -> Table:
+def law_rows(
+    keep: list,
+    scale: float,
+    width: int,
+    color: str,
+    marked,
+    chosen,
+    chosen_symbol: str,
+    label: str = "",
+) -> Table:
     """One law's rows as bars; every law in the panel shares `scale` so bars compare across laws."""
     tok_w, num_w = (12 if width >= 40 else 9 if width >= 30 else 7), 6
     bar_w = max(3, width - tok_w - num_w - len(label) - 6)
@@ -65,9 +75,13 @@ def law_rows(keep: list, scale: float, width: int, color: str, marked, chosen, c
     for n, (tid, text, prob) in enumerate(keep):
         sym = chosen_symbol if tid == chosen else ("▸" if tid == marked else " ")
         style = "bold" if tid in (marked, chosen) else ""
-        table.add_row(Text(label if n == 0 else " " * len(label), style="bold " + color),
-                      Text(sym, style="bold"), Text(token(text, tok_w), style=style),
-                      Text(bar(prob / scale, bar_w), style=color), Text(num(prob), style=style))
+        table.add_row(
+            Text(label if n == 0 else " " * len(label), style="bold " + color),
+            Text(sym, style="bold"),
+            Text(token(text, tok_w), style=style),
+            Text(bar(prob / scale, bar_w), style=color),
+            Text(num(prob), style=style),
+        )
     return table
 
 
@@ -81,9 +95,13 @@ def charts(c: Chart, width: int, height: int) -> Group:
     headings = free >= 4 * len(laws)  # room for a heading and at least three rows per law
     rows = max(1, (free - (len(laws) if headings else 0)) // len(laws))
     chosen_symbol = "↻" if c.residual is not None else "★"
+
     # q and p must show the drafted token (why it was judged so); the residual, the one drawn.
     def priority(key):
-        return (c.chosen, c.marked) if key == "residual" or c.marked is None else (c.marked, c.chosen)
+        return (
+            (c.chosen, c.marked) if key == "residual" or c.marked is None else (c.marked, c.chosen)
+        )
+
     kept = [shown_rows(law, min(rows, 6), *priority(key)) for key, _, _, law in laws]
     scale = max(prob for keep in kept for *_, prob in keep) or 1.0
     for (key, head, color, _), keep in zip(laws, kept):

@@ -25,14 +25,23 @@ from pathlib import Path
 from nanospec.cli import float_arg, int_in
 from nanospec.errors import UserError
 
-LIVE_FLAGS = {"prompt": "--prompt", "method": "--method", "gamma": "--gamma",
-              "temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p",
-              "seed": "--seed", "max_new": "--max-new-tokens"}
+LIVE_FLAGS = {
+    "prompt": "--prompt",
+    "method": "--method",
+    "gamma": "--gamma",
+    "temperature": "--temperature",
+    "top_k": "--top-k",
+    "top_p": "--top-p",
+    "seed": "--seed",
+    "max_new": "--max-new-tokens",
+}
 SCREENSHOT_SIZE = (120, 36)  # columns, rows of the exported screen
 
 
 def register(subparsers) -> None:
-    d = subparsers.add_parser("demo", help="watch speculative decoding round by round (terminal UI)")
+    d = subparsers.add_parser(
+        "demo", help="watch speculative decoding round by round (terminal UI)"
+    )
     d.add_argument("--prompt", default=None, help='default "The capital of France is"')
     d.add_argument("--method", default=None, help="drafting method (default draft)")
     d.add_argument("--gamma", type=int_in(1, 32), default=None, help="drafts per round (default 4)")
@@ -40,45 +49,78 @@ def register(subparsers) -> None:
     d.add_argument("--top-k", dest="top_k", type=int_in(0), default=None, help="0 = off")
     d.add_argument("--top-p", dest="top_p", type=float_arg, default=None, help="1 = off")
     d.add_argument("--seed", type=int_in(0), default=None)
-    d.add_argument("--max-new-tokens", dest="max_new", type=int_in(1, 4096), default=None,
-                   help="tokens to generate (default 32)")
-    d.add_argument("--race", action="store_true",
-                   help="race autoregressive decoding against --method, each timed alone")
-    d.add_argument("--replay", default=None, metavar="FILE.jsonl",
-                   help="play a recorded trace (nanospec generate --trace) without any model")
-    d.add_argument("--screenshot", default=None, metavar="FILE.svg",
-                   help="write one screen as SVG and exit, without opening a terminal")
-    d.add_argument("--round", type=int_in(1), default=None, metavar="N",
-                   help="open at round N, fully judged (default for --screenshot: the last)")
-    d.add_argument("--web", action="store_true",
-                   help="serve the demo to browsers instead (textual-serve: the web extra)")
+    d.add_argument(
+        "--max-new-tokens",
+        dest="max_new",
+        type=int_in(1, 4096),
+        default=None,
+        help="tokens to generate (default 32)",
+    )
+    d.add_argument(
+        "--race",
+        action="store_true",
+        help="race autoregressive decoding against --method, each timed alone",
+    )
+    d.add_argument(
+        "--replay",
+        default=None,
+        metavar="FILE.jsonl",
+        help="play a recorded trace (nanospec generate --trace) without any model",
+    )
+    d.add_argument(
+        "--screenshot",
+        default=None,
+        metavar="FILE.svg",
+        help="write one screen as SVG and exit, without opening a terminal",
+    )
+    d.add_argument(
+        "--round",
+        type=int_in(1),
+        default=None,
+        metavar="N",
+        help="open at round N, fully judged (default for --screenshot: the last)",
+    )
+    d.add_argument(
+        "--web",
+        action="store_true",
+        help="serve the demo to browsers instead (textual-serve: the web extra)",
+    )
     d.add_argument("--host", default=None, help="with --web: the address (default 127.0.0.1)")
-    d.add_argument("--port", type=int_in(1, 65535), default=None,
-                   help="with --web: the port (default 8000)")
+    d.add_argument(
+        "--port", type=int_in(1, 65535), default=None, help="with --web: the port (default 8000)"
+    )
     d.set_defaults(func=run_demo)
 
 
 def check_args(args) -> None:
     """Everything that can be refused without the models, so a mistake costs no loading time."""
     if args.race and args.replay:
-        raise UserError("--race times two live runs on the models, so it cannot replay a trace; "
-                        "drop --race or --replay.")
+        raise UserError(
+            "--race times two live runs on the models, so it cannot replay a trace; "
+            "drop --race or --replay."
+        )
     if args.race and args.round is not None:
-        raise UserError("--round opens one run at a round; --race shows two runs whole, "
-                        "so drop --round.")
+        raise UserError(
+            "--round opens one run at a round; --race shows two runs whole, so drop --round."
+        )
     # --web takes --race and --replay too: each visitor's demo is a process of its own.
     if args.web and args.screenshot is not None:
-        raise UserError("--web serves the demo to browsers and --screenshot writes one screen "
-                        "to a file; drop one of them.")
+        raise UserError(
+            "--web serves the demo to browsers and --screenshot writes one screen "
+            "to a file; drop one of them."
+        )
     if not args.web and (args.host is not None or args.port is not None):
-        raise UserError("--host and --port say where --web serves the demo; add --web or drop "
-                        "them.")
+        raise UserError(
+            "--host and --port say where --web serves the demo; add --web or drop them."
+        )
     if args.replay:
         given = [LIVE_FLAGS[name] for name in LIVE_FLAGS if getattr(args, name) is not None]
         if given:
-            raise UserError(f"--replay plays a recorded trace as it was, so {', '.join(given)} "
-                            f"cannot change it; drop {'them' if len(given) > 1 else 'it'} "
-                            f"or run live.")
+            raise UserError(
+                f"--replay plays a recorded trace as it was, so {', '.join(given)} "
+                f"cannot change it; drop {'them' if len(given) > 1 else 'it'} "
+                f"or run live."
+            )
         return
     live_settings(args)
 
@@ -88,17 +130,19 @@ def live_settings(args):
     from nanospec.methods import DRAFTING
     from viz.settings import Settings
 
-    settings = Settings(**{name: getattr(args, name) for name in LIVE_FLAGS
-                           if getattr(args, name) is not None})
+    settings = Settings(
+        **{name: getattr(args, name) for name in LIVE_FLAGS if getattr(args, name) is not None}
+    )
     drafting = DRAFTING
     if settings.method == "ar":
-        raise UserError(f"--race always runs ar; give --method one of {', '.join(drafting)} "
-                        f"to race against it." if args.race else
-                        f"The demo watches drafting rounds and ar drafts nothing; give --method "
-                        f"one of {', '.join(drafting)} (--race races ar against it).")
+        raise UserError(
+            f"--race always runs ar; give --method one of {', '.join(drafting)} to race against it."
+            if args.race
+            else f"The demo watches drafting rounds and ar drafts nothing; give --method "
+            f"one of {', '.join(drafting)} (--race races ar against it)."
+        )
     if settings.method not in drafting:
-        raise UserError(f"Unknown method {settings.method!r}; choose one of "
-                        f"{', '.join(drafting)}.")
+        raise UserError(f"Unknown method {settings.method!r}; choose one of {', '.join(drafting)}.")
     if not settings.prompt.strip():
         raise UserError("The prompt is empty; give at least one token of text.")
     settings.check()
@@ -112,9 +156,14 @@ def build_app(args):
     interactive = args.screenshot is None
     if args.replay:
         from viz.rounds import load_recording
+
         recording = load_recording(args.replay)
-        return DemoApp(recording, source=f"replay {Path(args.replay).name}",
-                       start_round=args.round if interactive else None, autoplay=interactive)
+        return DemoApp(
+            recording,
+            source=f"replay {Path(args.replay).name}",
+            start_round=args.round if interactive else None,
+            autoplay=interactive,
+        )
     from nanospec.decode import EVERYTHING, Bundle
     from viz.live import LiveRun
 
@@ -122,8 +171,12 @@ def build_app(args):
     say_loading(args)
     bundle = Bundle.load(args.checkpoints, EVERYTHING)  # the method switch can pick any
     LiveRun(bundle, settings)  # the prompt must fit the model with this γ
-    return DemoApp(bundle=bundle, settings=settings, start_round=args.round if interactive else None,
-                   autoplay=interactive)
+    return DemoApp(
+        bundle=bundle,
+        settings=settings,
+        start_round=args.round if interactive else None,
+        autoplay=interactive,
+    )
 
 
 def build_race(args):
@@ -153,15 +206,17 @@ def say_loading(args) -> None:
 def check_screenshot_path(path: str | Path) -> Path:
     path = Path(path)
     if path.suffix.lower() != ".svg":
-        raise UserError(f"--screenshot writes SVG; give a file name ending in .svg, "
-                        f"not {path.name!r}.")
+        raise UserError(
+            f"--screenshot writes SVG; give a file name ending in .svg, not {path.name!r}."
+        )
     if not path.parent.is_dir():
         raise UserError(f"Cannot write {path}: the folder {path.parent} does not exist.")
     return path
 
 
-def export_screenshot(app, path: str | Path, round_no: int | None,
-                      size: tuple[int, int] = SCREENSHOT_SIZE) -> Path:
+def export_screenshot(
+    app, path: str | Path, round_no: int | None, size: tuple[int, int] = SCREENSHOT_SIZE
+) -> Path:
     """Run the DemoApp `app` headless until its run is recorded, show round N judged, write
     the SVG."""
     from viz.playhead import Phase, at_phase
@@ -179,6 +234,7 @@ def export_screenshot(app, path: str | Path, round_no: int | None,
 
 def export_race_screenshot(app, path: str | Path, size: tuple[int, int] = SCREENSHOT_SIZE) -> Path:
     """Run the RaceApp `app` headless until both runs are timed; write the finish as SVG."""
+
     def pose(app) -> str:
         app.show_end()
         return "nanospec demo --race"
@@ -222,20 +278,27 @@ def run_demo(args) -> None:
     if args.web:
         if args.replay:  # a broken trace is one sentence here, not a blank page per visitor
             from viz.rounds import load_recording
+
             load_recording(args.replay)
         from viz.web import serve
+
         return serve(args)
     if args.screenshot is not None:
         check_screenshot_path(args.screenshot)
     # Under `--web` each visitor's demo talks to textual-serve through pipes, not a terminal;
     # textual-serve says so by choosing Textual's driver in TEXTUAL_DRIVER.
     elif not (os.environ.get("TEXTUAL_DRIVER") or (sys.stdin.isatty() and sys.stdout.isatty())):
-        raise UserError("nanospec demo needs an interactive terminal; to export a screen "
-                        "instead, add --screenshot FILE.svg.")
+        raise UserError(
+            "nanospec demo needs an interactive terminal; to export a screen "
+            "instead, add --screenshot FILE.svg."
+        )
     app = build_race(args) if args.race else build_app(args)
     if args.screenshot is not None:
-        written = (export_race_screenshot(app, args.screenshot) if args.race
-                   else export_screenshot(app, args.screenshot, args.round))
+        written = (
+            export_race_screenshot(app, args.screenshot)
+            if args.race
+            else export_screenshot(app, args.screenshot, args.round)
+        )
         print(f"wrote {written}")
         return
     # Our own loop, so that quitting mid-compile returns the terminal at once and says why the

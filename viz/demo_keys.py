@@ -100,8 +100,11 @@ class KeyActions:
 
     def _live_only(self) -> bool:
         if not self.live:
-            self.say("This is a replay: the trace fixes its settings. Run `nanospec demo` "
-                     "live to change them.", severity="warning")
+            self.say(
+                "This is a replay: the trace fixes its settings. Run `nanospec demo` "
+                "live to change them.",
+                severity="warning",
+            )
         return self.live
 
     def action_help(self) -> None:
@@ -144,8 +147,9 @@ class KeyActions:
 
     def action_save(self) -> None:
         if not self.done:
-            self.say("The run is still recording; save it when it has finished.",
-                     severity="warning")
+            self.say(
+                "The run is still recording; save it when it has finished.", severity="warning"
+            )
             return
         path = save_recording(self.recording, self.save_dir)
         self.say(f"Saved the trace to {path} (replay it with nanospec demo --replay {path}).")

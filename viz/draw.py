@@ -25,8 +25,13 @@ LEGEND = "? pending  ✓ accepted  ✗ rejected  · discarded  ↻ resampled  �
 DRAFT, TARGET, REJECT = "orchid", "cornflower_blue", "indian_red1"
 PENDING = ("?", f"bold {DRAFT}")  # drafted, not judged yet: the draft's colour, not the text's
 CACHE_MARKS = {"hit": ("◆", f"bold {DRAFT}"), "miss": ("◇", "bold")}  # the draft made the cache
-STYLES = {"accept": "bold green", "reject": f"bold {REJECT} strike", "discard": "dim strike",
-          "resample": "bold yellow", "bonus": "bold cyan"}
+STYLES = {
+    "accept": "bold green",
+    "reject": f"bold {REJECT} strike",
+    "discard": "dim strike",
+    "resample": "bold yellow",
+    "bonus": "bold cyan",
+}
 
 
 def bar(frac: float, width: int) -> str:

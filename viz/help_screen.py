@@ -29,8 +29,11 @@ SYMBOLS = (
 )
 
 CACHE = (  # shown for ssd runs only
-    ("hit", "hit: the round's drafts were ready in SSD's speculation cache; a lit ◆ branch "
-            "is the guess that came true, which the next round drafts from"),
+    (
+        "hit",
+        "hit: the round's drafts were ready in SSD's speculation cache; a lit ◆ branch "
+        "is the guess that came true, which the next round drafts from",
+    ),
     ("miss", "miss: the last round's outcome (k, t*) was not cached, so the backup drafted"),
 )
 
@@ -38,15 +41,20 @@ NUMBERS = (
     ("q(x)", "the draft's probability of its token: the law it sampled from"),
     ("p(x)", "the target's probability of the same token; all γ from ONE pass"),
     ("u", "a uniform draw in [0, 1): keep the draft iff u < p(x)/q(x)"),
-    ("residual", "norm(max(0, p − q)): the mass p has and q lacks; a ↻ token's own "
-                 "probability is this one, not p(x)"),
+    (
+        "residual",
+        "norm(max(0, p − q)): the mass p has and q lacks; a ↻ token's own "
+        "probability is this one, not p(x)",
+    ),
 )
 
-WHY = ("Why the output is exactly the target's: a draft x is kept with probability "
-       "min(1, p(x)/q(x)), so it comes out this way with probability min(q(x), p(x)). "
-       "A rejection's replacement is drawn from the residual, which holds exactly the missing "
-       "mass p(x) − min(q(x), p(x)) of every token. The two add up to p(x), as if the target "
-       "decoded alone: see accept_reject and residual in nanospec/verify.py.")
+WHY = (
+    "Why the output is exactly the target's: a draft x is kept with probability "
+    "min(1, p(x)/q(x)), so it comes out this way with probability min(q(x), p(x)). "
+    "A rejection's replacement is drawn from the residual, which holds exactly the missing "
+    "mass p(x) − min(q(x), p(x)) of every token. The two add up to p(x), as if the target "
+    "decoded alone: see accept_reject and residual in nanospec/verify.py."
+)
 
 
 def help_view(ssd: bool = False) -> Table:
@@ -55,8 +63,9 @@ def help_view(ssd: bool = False) -> Table:
     grid.add_column()
     for kind, words in SYMBOLS:
         symbol, style = mark(kind)
-        grid.add_row(Text(f"  {symbol}", style=STYLES.get(kind, style).replace(" strike", "")),
-                     words)
+        grid.add_row(
+            Text(f"  {symbol}", style=STYLES.get(kind, style).replace(" strike", "")), words
+        )
     for kind, words in CACHE if ssd else ():
         symbol, style = CACHE_MARKS[kind]
         grid.add_row(Text(f"  {symbol}", style=style), words)

@@ -53,35 +53,55 @@ class LiveRun:
     def compile_key(self) -> tuple:
         """What decides whether this run reuses compiled programs (the static arguments)."""
         s = self.settings
-        return (s.method, 0 if self.autoregressive else s.gamma,
-                bucket(len(self.prompt_ids), self.cfg.n_ctx), self._capacity)
+        return (
+            s.method,
+            0 if self.autoregressive else s.gamma,
+            bucket(len(self.prompt_ids), self.cfg.n_ctx),
+            self._capacity,
+        )
 
     @property
     def _capacity(self) -> int:
         s = self.settings
-        return capacity(self.cfg.n_ctx, bucket(len(self.prompt_ids), self.cfg.n_ctx), s.max_new,
-                        self._block)
+        return capacity(
+            self.cfg.n_ctx, bucket(len(self.prompt_ids), self.cfg.n_ctx), s.max_new, self._block
+        )
 
     def start_event(self) -> dict:
         s = self.settings
-        event = run_start(self.bundle.tok, s.prompt, self.prompt_ids, s.method,
-                          0 if self.autoregressive else s.gamma, s.temperature, s.top_k, s.top_p,
-                          s.seed, target=self.cfg.name,
-                          drafter="none" if self.autoregressive else self.drafter.name)
+        event = run_start(
+            self.bundle.tok,
+            s.prompt,
+            self.prompt_ids,
+            s.method,
+            0 if self.autoregressive else s.gamma,
+            s.temperature,
+            s.top_k,
+            s.top_p,
+            s.seed,
+            target=self.cfg.name,
+            drafter="none" if self.autoregressive else self.drafter.name,
+        )
         event.update(self.loop.settings())  # as `nanospec generate --trace` records it (SSD's
         return event  # cache panel says which backup drafts after a miss)
 
     def _inputs(self):
         s = self.settings
         tokens, lengths = pad_prompts([self.prompt_ids], self.cfg.n_ctx)
-        return tokens, lengths, jax.random.key(s.seed), SamplingParams.make(s.temperature, s.top_k, s.top_p)
+        return (
+            tokens,
+            lengths,
+            jax.random.key(s.seed),
+            SamplingParams.make(s.temperature, s.top_k, s.top_p),
+        )
 
     def compile(self) -> dict:
         """Compile this run's programs (or find them compiled: 0 s); returns the `compile`
         event. Runs JAX: call from a worker thread, before `rounds`."""
         tokens, lengths, key, sp = self._inputs()
-        self.programs, seconds = self.loop.compile(self.bundle.models["target"][2], self.dparams,
-                                                   tokens, lengths, key, sp)
+        self.programs, seconds = self.loop.compile(
+            self.bundle.models["target"][2], self.dparams, tokens, lengths, key, sp
+        )
         return compile_event(seconds)
 
     def rounds(self) -> Iterator[list[dict]]:
@@ -90,7 +110,15 @@ class LiveRun:
         if self.programs is None:
             self.compile()
         tokens, lengths, key, sp = self._inputs()
-        steps = self.loop.rounds(self.bundle.models["target"][2], self.dparams, tokens, lengths,
-                                 key, sp, self.settings.max_new, self.programs)
+        steps = self.loop.rounds(
+            self.bundle.models["target"][2],
+            self.dparams,
+            tokens,
+            lengths,
+            key,
+            sp,
+            self.settings.max_new,
+            self.programs,
+        )
         for r, rnd in enumerate(steps):
             yield self.loop.events(rnd.trace, self.bundle.tok, r, rnd.seconds)

@@ -44,9 +44,12 @@ class Step:
 
 def steps_of(rnd: Round) -> list[Step]:
     r = rnd.index
-    return ([Step(r, Phase.DRAFT, k) for k in range(1, rnd.gamma + 1)] + [Step(r, Phase.VERIFY)]
-            + [Step(r, Phase.JUDGE, k) for k in range(1, rnd.judged + 1)]
-            + [Step(r, Phase.EXTRA), Step(r, Phase.COMMIT)])
+    return (
+        [Step(r, Phase.DRAFT, k) for k in range(1, rnd.gamma + 1)]
+        + [Step(r, Phase.VERIFY)]
+        + [Step(r, Phase.JUDGE, k) for k in range(1, rnd.judged + 1)]
+        + [Step(r, Phase.EXTRA), Step(r, Phase.COMMIT)]
+    )
 
 
 @dataclass(frozen=True)
@@ -140,25 +143,43 @@ def reveal(rnd: Round, step: Step, method: str = "draft") -> Frame:
         else:
             slots.append(Slot(i, d.text, "drafted", d.q, p))
     e = rnd.extra
-    extra = (Slot(g + 1, e.text, e.kind, q=e.q, p=e.p, residual=e.residual)
-             if ph >= Phase.EXTRA else Slot(g + 1, None, "hidden"))
-    return Frame(step, rnd, tuple(slots) + (extra,), caption(rnd, step, method),
-                 rnd.index + (ph == Phase.COMMIT))
+    extra = (
+        Slot(g + 1, e.text, e.kind, q=e.q, p=e.p, residual=e.residual)
+        if ph >= Phase.EXTRA
+        else Slot(g + 1, None, "hidden")
+    )
+    return Frame(
+        step,
+        rnd,
+        tuple(slots) + (extra,),
+        caption(rnd, step, method),
+        rnd.index + (ph == Phase.COMMIT),
+    )
 
 
 # What each drafter does to propose draft k (nanospec/drafters.py, heads/drafters.py, heads/modules.py).
 PROPOSES = {
     "draft": "the draft model reads the text and samples {x} from its own law, q(x) = {q}",
-    "ngram": ("prompt lookup copies {x} from where the last tokens occurred earlier; a copy is"
-              " certain, so q(x) = {q} (a point mass)"),
-    "medusa": ("Medusa head {k}, a small block on a feature the target already computed, guesses"
-               " {x} {k} token{s} past the text, blind to the drafts before it; q(x) = {q}"),
-    "eagle": ("the EAGLE head predicts the target's next feature and reads {x} from it through"
-              " the target's output layer, with q(x) = {q}"),
-    "mtp": ("multi-token prediction module {k}, trained with the target, predicts {x} from the"
-            " target's features and the tokens before it, with q(x) = {q}"),
-    "ssd": ("the draft model drew {x} with q(x) = {q} — ahead of time, during the last round's"
-            " verify, if that round ended as it guessed (a cache hit); else just now"),
+    "ngram": (
+        "prompt lookup copies {x} from where the last tokens occurred earlier; a copy is"
+        " certain, so q(x) = {q} (a point mass)"
+    ),
+    "medusa": (
+        "Medusa head {k}, a small block on a feature the target already computed, guesses"
+        " {x} {k} token{s} past the text, blind to the drafts before it; q(x) = {q}"
+    ),
+    "eagle": (
+        "the EAGLE head predicts the target's next feature and reads {x} from it through"
+        " the target's output layer, with q(x) = {q}"
+    ),
+    "mtp": (
+        "multi-token prediction module {k}, trained with the target, predicts {x} from the"
+        " target's features and the tokens before it, with q(x) = {q}"
+    ),
+    "ssd": (
+        "the draft model drew {x} with q(x) = {q} — ahead of time, during the last round's"
+        " verify, if that round ended as it guessed (a cache hit); else just now"
+    ),
 }
 
 
@@ -167,24 +188,38 @@ def caption(rnd: Round, step: Step, method: str = "draft") -> str:
     if ph == Phase.DRAFT:
         d = rnd.drafts[k - 1]
         what = PROPOSES.get(method, PROPOSES["draft"])
-        return (f"Draft {k}/{g}: "
-                + what.format(x=repr(d.text), q=_fmt(d.q), k=k, s="" if k == 1 else "s") + ".")
+        return (
+            f"Draft {k}/{g}: "
+            + what.format(x=repr(d.text), q=_fmt(d.q), k=k, s="" if k == 1 else "s")
+            + "."
+        )
     if ph == Phase.VERIFY and g == 0:
-        why = ("autoregressive decoding drafts nothing" if method == "ar" else
-               "prompt lookup found no earlier match to copy" if method == "ngram" else
-               "no room is left for drafts before the context's end")
+        why = (
+            "autoregressive decoding drafts nothing"
+            if method == "ar"
+            else "prompt lookup found no earlier match to copy"
+            if method == "ngram"
+            else "no room is left for drafts before the context's end"
+        )
         return f"No drafts: {why}, so the target takes one ordinary decode step."
     if ph == Phase.VERIFY:
-        return (f"Verify: ONE target pass scores all {g} drafts at once (and the position after"
-                f" them), giving p(x) for each.")
+        return (
+            f"Verify: ONE target pass scores all {g} drafts at once (and the position after"
+            f" them), giving p(x) for each."
+        )
     if ph == Phase.JUDGE:
         d, j = rnd.drafts[k - 1], rnd.judgements[k - 1]
         x = f"x{str(k).translate(SUB)} {d.text!r}"
         if j.kind == "accept":
             return f"{x}: u = {_fmt(j.u)} < p/q = {_fmt(j.ratio)}, so it is accepted ✓."
         tail = g - k
-        rest = ("" if not tail else "; the draft after it is discarded ·" if tail == 1
-                else f"; the {tail} drafts after it are discarded ·")
+        rest = (
+            ""
+            if not tail
+            else "; the draft after it is discarded ·"
+            if tail == 1
+            else f"; the {tail} drafts after it are discarded ·"
+        )
         return f"{x}: u = {_fmt(j.u)} ≥ p/q = {_fmt(j.ratio)}, so it is rejected ✗{rest}."
     e = rnd.extra
     if ph == Phase.EXTRA and g == 0:
@@ -192,10 +227,14 @@ def caption(rnd: Round, step: Step, method: str = "draft") -> str:
     if ph == Phase.EXTRA:
         if e.kind == "resample":
             known = f" (p {_fmt(e.p)}, q {_fmt(e.q)})" if e.p is not None else ""
-            return (f"↻ The target replaces it with {e.text!r}, drawn from the residual"
-                    f" norm(max(0, p − q)): residual {_fmt(e.prob)}{known}.")
-        return (f"★ All {g} drafts accepted: the same target pass gave p at the next position,"
-                f" so the bonus token {e.text!r} comes free.")
+            return (
+                f"↻ The target replaces it with {e.text!r}, drawn from the residual"
+                f" norm(max(0, p − q)): residual {_fmt(e.prob)}{known}."
+            )
+        return (
+            f"★ All {g} drafts accepted: the same target pass gave p at the next position,"
+            f" so the bonus token {e.text!r} comes free."
+        )
     made = f"{rnd.accepted} accepted + 1 {'resampled' if e.kind == 'resample' else 'bonus'}"
     note = " (cut short by the end of text or the length limit)" if rnd.cut_short else ""
     n = len(rnd.emitted)
@@ -230,15 +269,30 @@ def chart(frame: Frame, slot: int) -> Chart:
     e = rnd.extra
     if slot == g + 1:  # the extra token: a bonus has its own position, a resample sits on ✗
         if s.mark == "hidden":
-            return Chart(f"extra token (slot {slot})", None, None, None, None, None,
-                         "After judging, the target adds one token of its own.")
+            return Chart(
+                f"extra token (slot {slot})",
+                None,
+                None,
+                None,
+                None,
+                None,
+                "After judging, the target adds one token of its own.",
+            )
         if s.mark == "bonus":
-            return Chart(f"★ bonus x{str(slot).translate(SUB)} = {e.text!r}", None,
-                         _with(rnd.p_top[g], e.token, e.text, e.prob),
-                         None, None, e.token,
-                         ("Every draft was accepted, so the bonus token is " if g else
-                          "No drafts this round: the token is ") +
-                         f"drawn from the target's p{str(slot).translate(SUB)}.")
+            return Chart(
+                f"★ bonus x{str(slot).translate(SUB)} = {e.text!r}",
+                None,
+                _with(rnd.p_top[g], e.token, e.text, e.prob),
+                None,
+                None,
+                e.token,
+                (
+                    "Every draft was accepted, so the bonus token is "
+                    if g
+                    else "No drafts this round: the token is "
+                )
+                + f"drawn from the target's p{str(slot).translate(SUB)}.",
+            )
         slot = rnd.accepted + 1
         s = frame.slots[slot - 1]
     d = rnd.drafts[slot - 1]
@@ -248,18 +302,37 @@ def chart(frame: Frame, slot: int) -> Chart:
     q = _with(d.q_top, d.token, d.text, d.q)
     p = _with(rnd.p_top[slot - 1], d.token, d.text, rnd.p[slot - 1]) if ph >= Phase.VERIFY else None
     if s.mark == "drafted":
-        note = ("q: the draft's law; p arrives with the target's verify pass." if p is None
-                else "p (target) and q (draft) at this position; the verdict comes next.")
+        note = (
+            "q: the draft's law; p arrives with the target's verify pass."
+            if p is None
+            else "p (target) and q (draft) at this position; the verdict comes next."
+        )
         return Chart(title, q, p, None, d.token, None, note)
     if s.mark == "accept":
-        return Chart(title, q, p, None, d.token, None,
-                     f"Accepted ✓: u = {_fmt(s.u)} < p/q = {_fmt(s.ratio)}; no residual needed.")
+        return Chart(
+            title,
+            q,
+            p,
+            None,
+            d.token,
+            None,
+            f"Accepted ✓: u = {_fmt(s.u)} < p/q = {_fmt(s.ratio)}; no residual needed.",
+        )
     if s.mark == "discard":
-        return Chart(title, q, p, None, d.token, None,
-                     "Discarded ·: after a rejection, later drafts are never judged.")
+        return Chart(
+            title,
+            q,
+            p,
+            None,
+            d.token,
+            None,
+            "Discarded ·: after a rejection, later drafts are never judged.",
+        )
     drawn = ph >= Phase.EXTRA
-    note = (f"Rejected ✗: u = {_fmt(s.u)} ≥ p/q = {_fmt(s.ratio)}. "
-            + (f"↻ {e.text!r} was drawn from the residual." if drawn
-               else "The correction is drawn from the residual next."))
+    note = f"Rejected ✗: u = {_fmt(s.u)} ≥ p/q = {_fmt(s.ratio)}. " + (
+        f"↻ {e.text!r} was drawn from the residual."
+        if drawn
+        else "The correction is drawn from the residual next."
+    )
     residual = _with(e.top, e.token, e.text, e.prob) if drawn else e.top
     return Chart(title, q, p, residual, d.token, e.token if drawn else None, note)

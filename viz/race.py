@@ -101,8 +101,10 @@ class RaceApp(Toasts, App):
         super().__init__()
         self.tok, self.settings, self.autoplay, self.now = bundle.tok, settings, autoplay, now
         self.runs = [LiveRun(bundle, replace(settings, method="ar")), LiveRun(bundle, settings)]
-        self.lanes = [Lane("ar", "autoregressive"),
-                      Lane(settings.method, f"speculative γ={settings.gamma}")]
+        self.lanes = [
+            Lane("ar", "autoregressive"),
+            Lane(settings.method, f"speculative γ={settings.gamma}"),
+        ]
         self.timing: int | None = None  # the lane being timed; None while compiling
         self.done = False  # both runs are timed: the race can play
         self.error = ""
@@ -209,11 +211,13 @@ class RaceApp(Toasts, App):
             n = lane.shown(self.clock)
             ids = lane.ids(n)
             count = counter(n, len(ids), min(self.clock, lane.total_s))
-            pane.show(prompt, self.tok.decode(t for t in ids if t != self.tok.eos_id),
-                      count + (" · finished ✓" if n == lane.rounds else ""))
+            pane.show(
+                prompt,
+                self.tok.decode(t for t in ids if t != self.tok.eos_id),
+                count + (" · finished ✓" if n == lane.rounds else ""),
+            )
         finished = self.done and self.clock >= self.end
-        self.query_one("#race-result", Static).update(
-            verdict(*self.lanes) if finished else "")
+        self.query_one("#race-result", Static).update(verdict(*self.lanes) if finished else "")
         self.query_one("#race-status", Static).update(self._status())
 
     def _waiting(self, i: int) -> str:
@@ -232,18 +236,27 @@ class RaceApp(Toasts, App):
         if self.error:
             out.append(f"✗ {self.error}", style="bold red")
         elif not self.done:
-            doing = ("compiling" if self.timing is None
-                     else f"timing {self.lanes[self.timing].method}")
-            out.append(f"{SPINNER[self.ticks % len(SPINNER)]} {doing}… "
-                       f"{self.now() - self.started:.1f}s", style="bold yellow")
+            doing = (
+                "compiling" if self.timing is None else f"timing {self.lanes[self.timing].method}"
+            )
+            out.append(
+                f"{SPINNER[self.ticks % len(SPINNER)]} {doing}… {self.now() - self.started:.1f}s",
+                style="bold yellow",
+            )
         else:
             out.append("▶ playing" if self.playing else "❚❚ paused", style="bold")
             slow = " slow motion" if self.speed < 1 else ""
             out.append(f" {speed_text(self.speed)}{slow} │ {self.clock:.2f} / {self.end:.2f} s")
         s = self.settings
         out.append(" │ ")
-        shown = {"method": s.method, "gamma": s.gamma, "temperature": s.temperature,
-                 "top_k": s.top_k, "top_p": s.top_p, "seed": s.seed}
+        shown = {
+            "method": s.method,
+            "gamma": s.gamma,
+            "temperature": s.temperature,
+            "top_k": s.top_k,
+            "top_p": s.top_p,
+            "seed": s.seed,
+        }
         out.append(settings_text(shown), style="dim")
         out.no_wrap, out.overflow = True, "ellipsis"
         return out

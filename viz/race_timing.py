@@ -82,11 +82,14 @@ def verdict(ar: Lane, spec: Lane) -> str:
     tokens per target call: ar 2.00 · draft 2.00
     """
     speedup = ar.total_s / max(spec.total_s, 1e-9)
-    per_call = " · ".join(f"{lane.method} {len(lane.ids()) / max(lane.rounds, 1):.2f}"
-                          for lane in (ar, spec))
+    per_call = " · ".join(
+        f"{lane.method} {len(lane.ids()) / max(lane.rounds, 1):.2f}" for lane in (ar, spec)
+    )
     slower = " · slower than ar here" if speedup < 1 else ""
-    return (f"speedup ×{speedup:.2f} = ar {ar.total_s:.2f} s ÷ {spec.method} {spec.total_s:.2f} s, "
-            f"end to end (median of {REPEATS}, untraced)\ntokens per target call: {per_call}{slower}")
+    return (
+        f"speedup ×{speedup:.2f} = ar {ar.total_s:.2f} s ÷ {spec.method} {spec.total_s:.2f} s, "
+        f"end to end (median of {REPEATS}, untraced)\ntokens per target call: {per_call}{slower}"
+    )
 
 
 def warm_up(run: LiveRun) -> None:
@@ -109,12 +112,21 @@ def untraced_seconds(run: LiveRun) -> float:
     with no trace computed: the median of REPEATS runs, after one warm-up. Same seed, same
     tokens as the traced run (decode.py), so the panes' text is this run's text."""
     from nanospec.decode import decode
+
     s = run.settings
 
     def once() -> float:
-        result = decode(run.bundle, s.prompt, method=s.method, gamma=s.gamma,
-                        temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed,
-                        max_new=s.max_new)
+        result = decode(
+            run.bundle,
+            s.prompt,
+            method=s.method,
+            gamma=s.gamma,
+            temperature=s.temperature,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            seed=s.seed,
+            max_new=s.max_new,
+        )
         return result.stats["generate_seconds"]
 
     once()

@@ -62,6 +62,7 @@ class Recorder(Widget):
     @property
     def methods(self) -> tuple[str, ...]:
         from viz.live import SPECULATIVE  # live mode only: replay never loads JAX
+
         return SPECULATIVE
 
     def fit_gamma(self, method: str, gamma: int) -> int:
@@ -72,11 +73,13 @@ class Recorder(Widget):
     def check(self, settings: Settings) -> None:
         """Raise UserError if a run with these settings cannot start (cheap: no JAX)."""
         from viz.live import LiveRun
+
         LiveRun(self.bundle, settings)
 
     def start(self, settings: Settings) -> dict:
         """Start a run and return its run_start event; a bad setting raises UserError instead."""
         from viz.live import LiveRun
+
         run = LiveRun(self.bundle, settings)
         self.run_id += 1
         self.compile_key = run.compile_key

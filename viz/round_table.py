@@ -22,8 +22,14 @@ from textual.widget import Widget
 from viz.draw import mark, num, token
 from viz.playhead import Frame
 
-WORDS = {"accept": "accepted", "reject": "rejected", "discard": "discarded",
-         "resample": "resampled", "bonus": "bonus", "drafted": "pending"}
+WORDS = {
+    "accept": "accepted",
+    "reject": "rejected",
+    "discard": "discarded",
+    "resample": "resampled",
+    "bonus": "bonus",
+    "drafted": "pending",
+}
 
 
 def round_table(frame: Frame, cursor: int, width: int) -> Table:
@@ -33,8 +39,9 @@ def round_table(frame: Frame, cursor: int, width: int) -> Table:
     if not tiny:
         table.add_column("", width=1, no_wrap=True)  # the cursor ▸
     table.add_column("#", justify="right", no_wrap=True)  # tiny: the cursor joins the number
-    table.add_column("token", max_width=8 if tiny else 12 if narrow else 20, no_wrap=True,
-                     overflow="ellipsis")
+    table.add_column(
+        "token", max_width=8 if tiny else 12 if narrow else 20, no_wrap=True, overflow="ellipsis"
+    )
     numbers = ("q(x)", "p(x)") if tiny else ("q(x)", "p(x)", "u", "p/q")
     for name in numbers:
         table.add_column(name, justify="right", no_wrap=True)
@@ -53,16 +60,19 @@ def round_table(frame: Frame, cursor: int, width: int) -> Table:
         tok = Text(token(s.text), style=style if s.mark != "drafted" else "italic")
         dim = "dim" if s.mark == "discard" or s.index > g else ""
         fmt = short if tiny else num
-        cells = [Text(fmt(s.q) if s.q is not None or s.index <= g else "", style=dim),
-                 Text(fmt(s.p), style=dim),
-                 Text(num(s.u) if s.u is not None else "", style=dim),
-                 Text(num(s.ratio) if s.ratio is not None else "", style=dim)][:len(numbers)]
+        cells = [
+            Text(fmt(s.q) if s.q is not None or s.index <= g else "", style=dim),
+            Text(fmt(s.p), style=dim),
+            Text(num(s.u) if s.u is not None else "", style=dim),
+            Text(num(s.ratio) if s.ratio is not None else "", style=dim),
+        ][: len(numbers)]
         index = str(s.index)
         if s.index > g:  # the target's own token: at the rejected slot, or a bonus after the drafts
             index = str(frame.round.accepted + 1 if s.mark == "resample" else s.index)
             if s.mark == "resample":
-                verdict = Text(f"{symbol} {'r' if narrow else 'residual'} {fmt(s.residual)}",
-                               style=style)
+                verdict = Text(
+                    f"{symbol} {'r' if narrow else 'residual'} {fmt(s.residual)}", style=style
+                )
         table.add_row(*((here + index,) if tiny else (here, index)), tok, *cells, verdict)
     return table
 
@@ -77,8 +87,10 @@ def waiting_text(error: str, compiling: bool, gamma: int) -> str:
     if error:
         return f"✗ {error}\n\nPress e to edit the settings."
     if compiling:
-        return (f"compiling… JAX traces and compiles the draft and verify steps for γ={gamma}.\n"
-                f"This happens once per γ and prompt length; later runs start at once.")
+        return (
+            f"compiling… JAX traces and compiles the draft and verify steps for γ={gamma}.\n"
+            f"This happens once per γ and prompt length; later runs start at once."
+        )
     return "running the model…"
 
 

@@ -92,13 +92,21 @@ class Speculation:
 def speculation_from_event(e: dict) -> Speculation:
     """An `ssd` event -> a Speculation; a malformed one is a ValueError (or KeyError)."""
     outcome, cache = e["outcome"], e["cache"]
-    well_formed = (_is(e["hit"], bool) and e["source"] in ("cache", "backup")
-                   and len(outcome) == 2 and all(_is(x, int) for x in outcome)
-                   and all(len(c) == 3 and _is(c[0], int) and _is(c[1], int) for c in cache))
+    well_formed = (
+        _is(e["hit"], bool)
+        and e["source"] in ("cache", "backup")
+        and len(outcome) == 2
+        and all(_is(x, int) for x in outcome)
+        and all(len(c) == 3 and _is(c[0], int) and _is(c[1], int) for c in cache)
+    )
     if not well_formed:
         raise ValueError("its ssd event is malformed")
-    return Speculation(e["hit"], e["source"], (outcome[0], outcome[1]),
-                       tuple((int(k), int(t), str(text)) for k, t, text in cache))
+    return Speculation(
+        e["hit"],
+        e["source"],
+        (outcome[0], outcome[1]),
+        tuple((int(k), int(t), str(text)) for k, t, text in cache),
+    )
 
 
 @dataclass(frozen=True)
@@ -158,8 +166,15 @@ def extra_from_event(e: dict) -> Extra:
     """A resample or bonus event -> an Extra (a resample's own probability is the residual's)."""
     resample = e["type"] == "resample"
     prob = float(e["residual"] if resample else e["p"])
-    return Extra(e["type"], int(e["token"]), str(e["text"]), prob,
-                 _maybe(e.get("p")), _maybe(e.get("q")) if resample else None, _top(e["top"]))
+    return Extra(
+        e["type"],
+        int(e["token"]),
+        str(e["text"]),
+        prob,
+        _maybe(e.get("p")),
+        _maybe(e.get("q")) if resample else None,
+        _top(e["top"]),
+    )
 
 
 def round_from_events(events: list[dict]) -> Round:
@@ -174,20 +189,29 @@ def round_from_events(events: list[dict]) -> Round:
     end = _one(by_type, "round_end")
     g = len(drafts)
     # g = 0 is a round with nothing to verify (prompt lookup found no match): a decode step.
-    consistent = (len(judged) == g and len(verify["p"]) == g and len(verify["p_top"]) == g + 1
-                  and _is(end["drafted"], int) and end["drafted"] == g)
+    consistent = (
+        len(judged) == g
+        and len(verify["p"]) == g
+        and len(verify["p_top"]) == g + 1
+        and _is(end["drafted"], int)
+        and end["drafted"] == g
+    )
     if not consistent:
         raise ValueError("draft, verify, judgement and round_end events disagree about γ")
     if not _is(end["accepted"], int) or not 0 <= end["accepted"] <= g:
         raise ValueError(f"round_end says {end['accepted']!r} drafts were accepted")
     return Round(
         index=int(end["round"]),
-        drafts=tuple(Draft(int(e["index"]), int(e["token"]), str(e["text"]), float(e["q"]),
-                           _top(e["q_top"])) for e in drafts),
+        drafts=tuple(
+            Draft(int(e["index"]), int(e["token"]), str(e["text"]), float(e["q"]), _top(e["q_top"]))
+            for e in drafts
+        ),
         p=tuple(float(x) for x in verify["p"]),
         p_top=tuple(_top(lst) for lst in verify["p_top"]),
-        judgements=tuple(Judgement(e["type"], _maybe(e.get("p")), _maybe(e.get("u")),
-                                   _maybe(e.get("ratio"))) for e in judged),
+        judgements=tuple(
+            Judgement(e["type"], _maybe(e.get("p")), _maybe(e.get("u")), _maybe(e.get("ratio")))
+            for e in judged
+        ),
         extra=extra_from_event(extra),
         accepted=int(end["accepted"]),
         emitted=tuple(int(t) for t in end["emitted"]),
@@ -195,7 +219,8 @@ def round_from_events(events: list[dict]) -> Round:
         draft_ms=float(end["draft_ms"]),
         verify_ms=float(end["verify_ms"]),
         events=tuple(events),
-        ssd=speculation_from_event(_one(by_type, "ssd")) if "ssd" in by_type else None)
+        ssd=speculation_from_event(_one(by_type, "ssd")) if "ssd" in by_type else None,
+    )
 
 
 @dataclass
@@ -220,16 +245,27 @@ class Recording:
 def recording_from_events(events: list[dict], where: str = "the trace") -> Recording:
     """A complete trace -> a Recording; anything malformed or cut short is one UserError."""
     start = dict(events[0])
-    kinds = {"prompt": str, "method": str, "gamma": int, "temperature": float, "top_k": int,
-             "top_p": float, "seed": int}
+    kinds = {
+        "prompt": str,
+        "method": str,
+        "gamma": int,
+        "temperature": float,
+        "top_k": int,
+        "top_p": float,
+        "seed": int,
+    }
     for field, kind in kinds.items():
         if field not in start:
-            raise UserError(f"{where}: its run_start event lacks {field!r}; is it a nanospec trace?")
+            raise UserError(
+                f"{where}: its run_start event lacks {field!r}; is it a nanospec trace?"
+            )
         if not _is(start[field], kind):
             raise UserError(f"{where}: its run_start event has {field} = {start[field]!r}.")
     if "tree" in start:
-        raise UserError(f"{where} traces a token tree; the visualiser animates chains of drafts, "
-                        f"so print this run with `nanospec generate --tree ... --show` instead.")
+        raise UserError(
+            f"{where} traces a token tree; the visualiser animates chains of drafts, "
+            f"so print this run with `nanospec generate --tree ... --show` instead."
+        )
     if events[-1].get("type") != "run_end":
         raise UserError(f"{where} has no run_end event at its end: it looks truncated.")
     groups: dict[int, list[dict]] = {}
@@ -249,7 +285,9 @@ def recording_from_events(events: list[dict], where: str = "the trace") -> Recor
     if not rounds:
         raise UserError(f"{where} holds no rounds: nothing to replay.")
     if [r.index for r in rounds] != list(range(len(rounds))):
-        raise UserError(f"{where}: its rounds are not numbered 1..{len(rounds)}; rounds are missing.")
+        raise UserError(
+            f"{where}: its rounds are not numbered 1..{len(rounds)}; rounds are missing."
+        )
     compiles = [e for e in events if e.get("type") == "compile"]
     if compiles and not _is(compiles[0].get("ms"), float):
         raise UserError(f"{where}: its compile event has ms = {compiles[0].get('ms')!r}.")

@@ -31,8 +31,9 @@ class Settings:
         if not 1 <= self.max_new <= MAX_NEW:
             raise UserError(f"max new tokens must be between 1 and {MAX_NEW}, got {self.max_new}.")
         if not 0 <= self.seed < 2**31:
-            raise UserError(f"the seed must be a whole number from 0 to {2**31 - 1}, "
-                            f"got {self.seed}.")
+            raise UserError(
+                f"the seed must be a whole number from 0 to {2**31 - 1}, got {self.seed}."
+            )
         check_sampling(self.temperature, self.top_k, self.top_p)
 
     def with_text(self, **fields: str) -> "Settings":
@@ -41,13 +42,23 @@ class Settings:
         >>> Settings().with_text(gamma="6", temperature="0.5").gamma
         6
         """
-        kinds = {"gamma": int, "top_k": int, "seed": int, "max_new": int,
-                 "temperature": float, "top_p": float, "prompt": str, "method": str}
+        kinds = {
+            "gamma": int,
+            "top_k": int,
+            "seed": int,
+            "max_new": int,
+            "temperature": float,
+            "top_p": float,
+            "prompt": str,
+            "method": str,
+        }
         values = {}
         for name, text in fields.items():
             try:
                 values[name] = kinds[name](text if name == "prompt" else text.strip())
             except ValueError:
-                label = {"gamma": "γ", "max_new": "max new tokens"}.get(name, name.replace("_", "-"))
+                label = {"gamma": "γ", "max_new": "max new tokens"}.get(
+                    name, name.replace("_", "-")
+                )
                 raise UserError(f"{label} must be a number, got {text!r}.") from None
         return replace(self, **values)

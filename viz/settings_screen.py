@@ -14,9 +14,14 @@ from textual.widgets import Button, Input, Label, Select
 from nanospec.errors import UserError
 from viz.settings import Settings
 
-FIELDS = (("gamma", "γ (drafts per round)"), ("temperature", "temperature (0 = greedy)"),
-          ("top_k", "top-k (0 = off)"), ("top_p", "top-p (1 = off)"), ("seed", "seed"),
-          ("max_new", "max new tokens"))
+FIELDS = (
+    ("gamma", "γ (drafts per round)"),
+    ("temperature", "temperature (0 = greedy)"),
+    ("top_k", "top-k (0 = off)"),
+    ("top_p", "top-p (1 = off)"),
+    ("seed", "seed"),
+    ("max_new", "max new tokens"),
+)
 
 
 class SettingsScreen(ModalScreen[Settings | None]):
@@ -35,8 +40,13 @@ class SettingsScreen(ModalScreen[Settings | None]):
             yield Input(s.prompt, id="prompt", compact=True)
             with Grid(id="fields"):
                 yield Label("drafting method")
-                yield Select([(m, m) for m in self.methods], value=s.method, allow_blank=False,
-                             id="method", compact=True)
+                yield Select(
+                    [(m, m) for m in self.methods],
+                    value=s.method,
+                    allow_blank=False,
+                    id="method",
+                    compact=True,
+                )
                 for name, label in FIELDS:
                     yield Label(label)
                     yield Input(str(getattr(s, name)), id=name, compact=True)
@@ -61,7 +71,9 @@ class SettingsScreen(ModalScreen[Settings | None]):
         self.dismiss(None)
 
     def submit(self) -> None:
-        fields = {name: self.query_one(f"#{name}", Input).value for name in ("prompt", *dict(FIELDS))}
+        fields = {
+            name: self.query_one(f"#{name}", Input).value for name in ("prompt", *dict(FIELDS))
+        }
         fields["method"] = str(self.query_one("#method", Select).value)
         try:
             settings = self.settings.with_text(**fields)

@@ -8,8 +8,8 @@ Here: one ladder of powers of two, the `+` / `-` keys that climb it, and how a s
 
 from textual.binding import Binding
 
-SPEEDS = tuple(2.0 ** k for k in range(-6, 5))  # ×1/64 … ×16 of real time (race mode's)
-DEMO_SPEEDS = SPEEDS[SPEEDS.index(0.25):]  # ×1/4 … ×16: the demo's (slower, a step would drag)
+SPEEDS = tuple(2.0**k for k in range(-6, 5))  # ×1/64 … ×16 of real time (race mode's)
+DEMO_SPEEDS = SPEEDS[SPEEDS.index(0.25) :]  # ×1/4 … ×16: the demo's (slower, a step would drag)
 SPEED_KEYS = [  # both apps' BINDINGS list these, so the key bar writes them the same way
     Binding("plus,equals_sign", "speed(1)", "speed", key_display="+ -"),
     Binding("minus", "speed(-1)", "slower", show=False),

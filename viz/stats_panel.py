@@ -50,13 +50,18 @@ def cut_short(s: dict) -> bool:
 
 def headline(s: dict) -> list[tuple[str, str, str]]:
     value, counted = rate(s)
-    return [("acceptance rate", value, counted),
-            ("mean acceptance length", f"{s['mean_acceptance_length']:.2f}", "accepted + 1 per round"),
-            ("tokens per target call", f"{s['tokens_per_target_call']:.2f}",
-             "a round was cut short" if cut_short(s) else "autoregressive: 1.00"),
-            # autoregressive decoding makes one target call per generated token
-            ("target calls", f"{s['rounds']}", f"autoregressive: {s['generated_tokens']}"),
-            ("target calls saved", f"{s['target_calls_saved']}", "")]
+    return [
+        ("acceptance rate", value, counted),
+        ("mean acceptance length", f"{s['mean_acceptance_length']:.2f}", "accepted + 1 per round"),
+        (
+            "tokens per target call",
+            f"{s['tokens_per_target_call']:.2f}",
+            "a round was cut short" if cut_short(s) else "autoregressive: 1.00",
+        ),
+        # autoregressive decoding makes one target call per generated token
+        ("target calls", f"{s['rounds']}", f"autoregressive: {s['generated_tokens']}"),
+        ("target calls saved", f"{s['target_calls_saved']}", ""),
+    ]
 
 
 def flow(items: list[Text], width: int, sep: str = "  ") -> Text:
@@ -76,21 +81,37 @@ def flow(items: list[Text], width: int, sep: str = "  ") -> Text:
 
 def sparklines(s: dict) -> list[Text]:
     per_pos, hist = s["per_position_acceptance"], s["acceptance_histogram"]
-    return [Text.assemble(("per position ", "bold"), (spark(per_pos, 1.0), "green"), " ",
-                          " ".join(f"{100 * v:.0f}" for v in per_pos), "%"),
-            Text.assemble(("histogram ", "bold"), (spark(hist, max(hist)), "cyan"), " ",
-                          (" ".join(str(h) for h in hist), "dim"))]
+    return [
+        Text.assemble(
+            ("per position ", "bold"),
+            (spark(per_pos, 1.0), "green"),
+            " ",
+            " ".join(f"{100 * v:.0f}" for v in per_pos),
+            "%",
+        ),
+        Text.assemble(
+            ("histogram ", "bold"),
+            (spark(hist, max(hist)), "cyan"),
+            " ",
+            (" ".join(str(h) for h in hist), "dim"),
+        ),
+    ]
 
 
 def compact(s: dict, width: int) -> Text:
     """A few lines for a short panel (an 80×24 terminal), wrapped between items."""
     value, counted = rate(s)
-    items = [Text.assemble(("acceptance ", "bold"), f"{value} ", (f"({counted})", "dim")),
-             Text.assemble(("mean length ", "bold"), f"{s['mean_acceptance_length']:.2f}"),
-             Text.assemble(("tokens/target call ", "bold"), f"{s['tokens_per_target_call']:.2f}"),
-             Text.assemble(("target calls ", "bold"), f"{s['rounds']}",
-                           (f" vs {s['generated_tokens']} autoregressive: ", "dim"),
-                           (f"{s['target_calls_saved']} saved", "bold"))]
+    items = [
+        Text.assemble(("acceptance ", "bold"), f"{value} ", (f"({counted})", "dim")),
+        Text.assemble(("mean length ", "bold"), f"{s['mean_acceptance_length']:.2f}"),
+        Text.assemble(("tokens/target call ", "bold"), f"{s['tokens_per_target_call']:.2f}"),
+        Text.assemble(
+            ("target calls ", "bold"),
+            f"{s['rounds']}",
+            (f" vs {s['generated_tokens']} autoregressive: ", "dim"),
+            (f"{s['target_calls_saved']} saved", "bold"),
+        ),
+    ]
     return flow(items + sparklines(s), width)
 
 
@@ -124,8 +145,10 @@ def stats_view(s: dict | None, width: int, height: int):
     for k, h in enumerate(hist):
         hst.add_row(f"{k:>2}", Text(bar(h / most, bar_w), style="cyan"), f"{h:>3}")
     both = Table.grid(padding=(0, 3))
-    both.add_row(Text("per-position acceptance", style="bold"),
-                 Text("rounds by drafts accepted", style="bold"))
+    both.add_row(
+        Text("per-position acceptance", style="bold"),
+        Text("rounds by drafts accepted", style="bold"),
+    )
     both.add_row(pos, hst)
     return Group(headline_table(s), both)
 

@@ -32,11 +32,14 @@ class Status:
 
 def settings_text(s: dict) -> str:
     t = s.get("temperature", 1.0)
-    parts = [s.get("method", "?"), f"γ={s.get('gamma', '?')}",
-             "greedy" if t == 0 else f"T={t:g}",
-             f"top-k {s['top_k']}" if s.get("top_k") else "top-k off",
-             f"top-p {s['top_p']:g}" if s.get("top_p", 1.0) < 1 else "top-p off",
-             f"seed {s.get('seed', 0)}"]
+    parts = [
+        s.get("method", "?"),
+        f"γ={s.get('gamma', '?')}",
+        "greedy" if t == 0 else f"T={t:g}",
+        f"top-k {s['top_k']}" if s.get("top_k") else "top-k off",
+        f"top-p {s['top_p']:g}" if s.get("top_p", 1.0) < 1 else "top-p off",
+        f"seed {s.get('seed', 0)}",
+    ]
     return " · ".join(parts)
 
 
@@ -48,9 +51,14 @@ class StatusBar(Widget):
         if s is None:
             return Text("")
         # Most urgent first: a narrow terminal cuts the line's end, so the settings go last.
-        out = Text.assemble((f" {s.source} ", "reverse bold"), " ",
-                            ("▶ playing" if s.playing else "❚❚ paused", "bold"),
-                            f" ×{s.speed:g} │ ", (s.where, "bold"), " │ ")
+        out = Text.assemble(
+            (f" {s.source} ", "reverse bold"),
+            " ",
+            ("▶ playing" if s.playing else "❚❚ paused", "bold"),
+            f" ×{s.speed:g} │ ",
+            (s.where, "bold"),
+            " │ ",
+        )
         if s.busy:
             out.append(f"{SPINNER[s.tick % len(SPINNER)]} {s.busy}", style="bold yellow")
             out.append(" │ ")

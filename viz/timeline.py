@@ -24,10 +24,19 @@ from viz import draw
 DRAFT, VERIFY = "▒", "█"
 
 
-def timeline_view(times: list[tuple[float, float]], current: int, width: int, height: int,
-                  compile_ms: float | None = None) -> Text:
-    out = Text.assemble((f"{DRAFT} draft", draw.DRAFT), "  ", (f"{VERIFY} verify", draw.TARGET),
-                        ("   ms per round", "dim"))
+def timeline_view(
+    times: list[tuple[float, float]],
+    current: int,
+    width: int,
+    height: int,
+    compile_ms: float | None = None,
+) -> Text:
+    out = Text.assemble(
+        (f"{DRAFT} draft", draw.DRAFT),
+        "  ",
+        (f"{VERIFY} verify", draw.TARGET),
+        ("   ms per round", "dim"),
+    )
     if compile_ms is not None:
         out.append(f" · compiled apart: {compile_ms / 1e3:.1f} s", style="dim")
     if not times:
@@ -59,5 +68,6 @@ class Timeline(Widget):
     compile_ms: reactive[float | None] = reactive(None)
 
     def render(self):
-        return timeline_view(list(self.times), self.current, self.size.width, self.size.height,
-                             self.compile_ms)
+        return timeline_view(
+            list(self.times), self.current, self.size.width, self.size.height, self.compile_ms
+        )

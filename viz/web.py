@@ -33,8 +33,11 @@ def demo_command(args) -> list[str]:
     nobody activated. Values go as `--flag=value`, so that a prompt like "-1 + 1 =" stays a value.
     """
     argv = [sys.executable, "-m", "nanospec", f"--checkpoints={args.checkpoints}", "demo"]
-    argv += [f"{flag}={getattr(args, name)}" for name, flag in LIVE_FLAGS.items()
-             if getattr(args, name) is not None]
+    argv += [
+        f"{flag}={getattr(args, name)}"
+        for name, flag in LIVE_FLAGS.items()
+        if getattr(args, name) is not None
+    ]
     if args.race:
         argv.append("--race")
     if args.replay:
@@ -68,8 +71,10 @@ def check_free(host: str, port: int) -> None:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((host, port))
     except OSError as e:
-        raise UserError(f"Cannot serve the demo on {host} port {port}: "
-                        f"{e.strerror or e}; give another --host or --port.") from None
+        raise UserError(
+            f"Cannot serve the demo on {host} port {port}: "
+            f"{e.strerror or e}; give another --host or --port."
+        ) from None
 
 
 def serve(args) -> None:
@@ -77,8 +82,10 @@ def serve(args) -> None:
     try:
         from textual_serve.server import Server
     except ImportError:
-        raise UserError("--web serves the demo through textual-serve, which is not installed; "
-                        "install the web extra: pip install -e '.[web]'.") from None
+        raise UserError(
+            "--web serves the demo through textual-serve, which is not installed; "
+            "install the web extra: pip install -e '.[web]'."
+        ) from None
 
     visitors: set[asyncio.Task] = set()  # one per open page: the task serving its websocket
 
@@ -106,10 +113,12 @@ def serve(args) -> None:
             await asyncio.gather(*visitors, return_exceptions=True)
 
         async def on_startup(self, app) -> None:  # one line instead of textual-serve's banner
-            print(f"nanospec: the demo is at {page_url(self.host, self.port)} (open it in a "
-                  f"browser; each visitor gets a demo of their own; Ctrl+C stops)", flush=True)
+            print(
+                f"nanospec: the demo is at {page_url(self.host, self.port)} (open it in a "
+                f"browser; each visitor gets a demo of their own; Ctrl+C stops)",
+                flush=True,
+            )
 
     host, port = args.host or "127.0.0.1", args.port or 8000
     check_free(host, port)
-    DemoServer(shell_line(demo_command(args)), host=host, port=port,
-               title="nanospec demo").serve()
+    DemoServer(shell_line(demo_command(args)), host=host, port=port, title="nanospec demo").serve()

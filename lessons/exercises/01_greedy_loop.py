@@ -25,7 +25,12 @@ Read after: nanospec/reference.py (`speculative_sampling`), lesson 03.
 from collections.abc import Callable
 
 
-def greedy_speculative(target: Callable[[list[int]], list[int]], draft: Callable[[list[int]], int],
-                       prompt: list[int], gamma: int, max_new: int) -> list[int]:
+def greedy_speculative(
+    target: Callable[[list[int]], list[int]],
+    draft: Callable[[list[int]], int],
+    prompt: list[int],
+    gamma: int,
+    max_new: int,
+) -> list[int]:
     """The max_new tokens greedy decoding with `target` writes after `prompt`."""
     raise NotImplementedError("write greedy_speculative")

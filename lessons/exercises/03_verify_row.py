@@ -26,8 +26,9 @@ Read after: nanospec/verify.py (`verify_row`), lessons 04 and 07.
 import numpy as np
 
 
-def verify_row(rng: np.random.Generator, drafts: np.ndarray, q: np.ndarray,
-               p: np.ndarray) -> tuple[int, int]:
+def verify_row(
+    rng: np.random.Generator, drafts: np.ndarray, q: np.ndarray, p: np.ndarray
+) -> tuple[int, int]:
     """drafts (γ,) ints; q (γ, V) the draft's laws; p (γ + 1, V) the target's laws.
     Returns (n_accepted, token)."""
     raise NotImplementedError("write verify_row")

@@ -35,8 +35,9 @@ from collections.abc import Callable
 from nanospec.cache import KVCache
 
 
-def verify_and_rollback(target: Callable, cache: KVCache, last: int,
-                        drafts: list[int]) -> tuple[int, int, KVCache]:
+def verify_and_rollback(
+    target: Callable, cache: KVCache, last: int, drafts: list[int]
+) -> tuple[int, int, KVCache]:
     """target(tokens, cache) -> (logits (T, V), cache); cache holds the text but `last`;
     drafts: γ ints. Returns (n_accepted, token, the rolled-back cache)."""
     raise NotImplementedError("write verify_and_rollback")

@@ -24,7 +24,8 @@ Read after: nanospec/verify.py (`leading_run`, `verify_row`, `verify`), lesson 0
 import jax.numpy as jnp
 
 
-def accepted_counts(u: jnp.ndarray, p_x: jnp.ndarray, q_x: jnp.ndarray,
-                    n_draft: jnp.ndarray) -> jnp.ndarray:
+def accepted_counts(
+    u: jnp.ndarray, p_x: jnp.ndarray, q_x: jnp.ndarray, n_draft: jnp.ndarray
+) -> jnp.ndarray:
     """u, p_x, q_x: (B, γ) floats; n_draft: (B,) ints in 0..γ. Returns (B,) int32 counts."""
     raise NotImplementedError("write accepted_counts")

@@ -25,7 +25,8 @@ Read after: nanospec/trees/tree.py (`sibling_laws`, `verify_tree_row`), lesson 1
 import numpy as np
 
 
-def verify_siblings(rng: np.random.Generator, candidates: np.ndarray, q: np.ndarray,
-                    p: np.ndarray) -> int:
+def verify_siblings(
+    rng: np.random.Generator, candidates: np.ndarray, q: np.ndarray, p: np.ndarray
+) -> int:
     """candidates (K,) ints; q (K, V) the law each was drawn from; p (V,) the target's law."""
     raise NotImplementedError("write verify_siblings")

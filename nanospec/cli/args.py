@@ -13,6 +13,7 @@ from nanospec.settings import INT32_MAX, SettingError, check_settings
 
 def int_in(lo: int, hi: int = INT32_MAX):
     """An argparse type: a whole number in [lo, hi] (JAX holds these as int32)."""
+
     def parse(s):
         try:
             v = int(s)
@@ -21,6 +22,7 @@ def int_in(lo: int, hi: int = INT32_MAX):
         if not lo <= v <= hi:
             raise argparse.ArgumentTypeError(f"must be between {lo} and {hi}, got {v}")
         return v
+
     return parse
 
 
@@ -59,6 +61,7 @@ def int_list(text: str, flag: str, lo: int, hi: int) -> list[int]:
 def tree_from_widths(text: str):
     """--tree 3,2,1 -> Tree.from_branching((3, 2, 1)); a shape it cannot build is a UserError."""
     from nanospec.trees.tree import Tree
+
     widths = int_list(text, "--tree", 1, 16)
     try:
         return Tree.from_branching(widths)
@@ -70,8 +73,9 @@ def parse_tree(args):
     """generate's --tree 3,2,1 -> Tree.from_branching((3, 2, 1)); None without --tree."""
     if args.tree is None:
         if args.siblings is not None:
-            raise UserError("--siblings chooses how a token tree's siblings are drafted; "
-                            "it needs --tree.")
+            raise UserError(
+                "--siblings chooses how a token tree's siblings are drafted; it needs --tree."
+            )
         return None
     if args.gamma is not None:
         raise UserError("--tree sets how deep drafting goes (one width per level); drop --gamma.")
@@ -82,9 +86,16 @@ def ssd_options(args):
     """generate's --fanout, --saguaro-c and --backup as ssd.SSDOptions (they need --method ssd);
     the fan-out's shape is checked against γ when the loop is built."""
     from nanospec.ssd.fanout import SSDOptions
-    given = {name: value for name, value in (("fanout", args.fanout),
-                                              ("saguaro_c", args.saguaro_c),
-                                              ("backup", args.backup)) if value is not None}
+
+    given = {
+        name: value
+        for name, value in (
+            ("fanout", args.fanout),
+            ("saguaro_c", args.saguaro_c),
+            ("backup", args.backup),
+        )
+        if value is not None
+    }
     if given and args.method != "ssd":
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         raise UserError(f"{flags} set speculative speculative decoding; add --method ssd.")

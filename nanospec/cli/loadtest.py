@@ -27,50 +27,80 @@ from nanospec.methods import METHODS as REGISTRY
 def plan_from(args) -> Plan:
     """The flags as a Plan, every mistake one sentence (a UserError) before anything starts."""
     if args.url and args.strategies:
-        raise UserError("--url loads a server that is already running; --strategies launches "
-                        "servers: give one or the other.")
+        raise UserError(
+            "--url loads a server that is already running; --strategies launches "
+            "servers: give one or the other."
+        )
     for flag, value in (("--method", args.method), ("--max-model-len", args.max_model_len)):
         if args.url and value:
-            raise UserError(f"{flag} sets up the servers the load test launches; --url loads "
-                            f"one that is running: give one or the other.")
+            raise UserError(
+                f"{flag} sets up the servers the load test launches; --url loads "
+                f"one that is running: give one or the other."
+            )
     if args.label and not args.url:
-        raise UserError("--label names the run of a --url server; launched servers are "
-                        "labelled by their strategy.")
+        raise UserError(
+            "--label names the run of a --url server; launched servers are "
+            "labelled by their strategy."
+        )
     strategies = (args.strategies or ",".join(STRATEGIES)).split(",")
     if args.url:
         if not args.url.startswith(("http://", "https://")):
-            raise UserError(f"--url takes the server's address, like http://127.0.0.1:8000, "
-                            f"got {args.url!r}.")
+            raise UserError(
+                f"--url takes the server's address, like http://127.0.0.1:8000, got {args.url!r}."
+            )
         url = args.url.rstrip("/").removesuffix("/v1")
         if not healthy(url):
-            raise UserError(f"No server answers at {url}/health; start one with `nanospec "
-                            f"serve`, or drop --url to let the load test launch its own.")
+            raise UserError(
+                f"No server answers at {url}/health; start one with `nanospec "
+                f"serve`, or drop --url to let the load test launch its own."
+            )
         strategies = [args.label or served_model(url)]
     elif not strategies or not set(strategies) <= set(STRATEGIES):
-        raise UserError(f"--strategies takes a comma-separated list of {', '.join(STRATEGIES)}, "
-                        f"got {args.strategies!r}.")
+        raise UserError(
+            f"--strategies takes a comma-separated list of {', '.join(STRATEGIES)}, "
+            f"got {args.strategies!r}."
+        )
     method = args.method or "draft"
     if method not in METHODS:
         raise UserError(f"--method takes one of {', '.join(METHODS)}, got {method!r}.")
     if not REGISTRY[method].adaptive and {"adaptive", "vllm-disable"} & set(strategies):
         switchable = " or ".join(m for m in METHODS if REGISTRY[m].adaptive)
-        raise UserError(f"adaptive and vllm-disable switch a chain drafter on and off (--method "
-                        f"{switchable}); with --method {method} choose --strategies ar,draft.")
+        raise UserError(
+            f"adaptive and vllm-disable switch a chain drafter on and off (--method "
+            f"{switchable}); with --method {method} choose --strategies ar,draft."
+        )
     workloads = args.workloads.split(",")
     known = (*WORKLOADS, "mixed")
     if not set(workloads) <= set(known):
-        raise UserError(f"--workloads takes a comma-separated list of {', '.join(known)}, "
-                        f"got {args.workloads!r}.")
+        raise UserError(
+            f"--workloads takes a comma-separated list of {', '.join(known)}, "
+            f"got {args.workloads!r}."
+        )
     concurrency = int_list(args.concurrency, "--concurrency", 1, 256)
     if args.requests_per_level < max(concurrency):
-        raise UserError(f"--requests-per-level must be at least the largest --concurrency "
-                        f"({max(concurrency)}), so that every client sends one; got "
-                        f"{args.requests_per_level}.")
+        raise UserError(
+            f"--requests-per-level must be at least the largest --concurrency "
+            f"({max(concurrency)}), so that every client sends one; got "
+            f"{args.requests_per_level}."
+        )
     check_sampling(args.temperature, 0, 1.0)
-    return Plan(tuple(strategies), tuple(workloads), tuple(concurrency), args.requests_per_level,
-                tuple(rates_from(args.rates)), args.max_tokens, args.temperature, args.gamma,
-                args.disable_at, args.slots, url if args.url else None, args.checkpoints,
-                method, args.max_model_len, args.ignore_eos)
+    return Plan(
+        tuple(strategies),
+        tuple(workloads),
+        tuple(concurrency),
+        args.requests_per_level,
+        tuple(rates_from(args.rates)),
+        args.max_tokens,
+        args.temperature,
+        args.gamma,
+        args.disable_at,
+        args.slots,
+        url if args.url else None,
+        args.checkpoints,
+        method,
+        args.max_model_len,
+        args.ignore_eos,
+    )
 
 
 def rates_from(text: str | None) -> list[float]:
@@ -80,8 +110,7 @@ def rates_from(text: str | None) -> list[float]:
     except ValueError:
         rates = [-1.0]
     if not all(0 < r < 1e6 for r in rates):
-        raise UserError(f"--rates takes comma-separated requests per second above 0, got "
-                        f"{text!r}.")
+        raise UserError(f"--rates takes comma-separated requests per second above 0, got {text!r}.")
     return rates
 
 
@@ -92,18 +121,28 @@ def cmd_loadtest(args) -> int:
     if args.plots:
         report.require_matplotlib()
         if not Path(args.plots).parent.is_dir():
-            raise UserError(f"Cannot write plots to {args.plots}: its folder "
-                            f"{Path(args.plots).parent} does not exist.")
+            raise UserError(
+                f"Cannot write plots to {args.plots}: its folder "
+                f"{Path(args.plots).parent} does not exist."
+            )
     console = Console()
     started = time.time()
     results = sweep(plan, console)
     print_report(plan, results)
-    atomic_write(out, json.dumps({"plan": asdict(plan), "cpus": os.cpu_count(),
-                                  "seconds": round(time.time() - started, 1),
-                                  "workloads": results}, indent=1))
+    atomic_write(
+        out,
+        json.dumps(
+            {
+                "plan": asdict(plan),
+                "cpus": os.cpu_count(),
+                "seconds": round(time.time() - started, 1),
+                "workloads": results,
+            },
+            indent=1,
+        ),
+    )
     console.print(f"written: {out}")
-    for w, found in (results.items() if args.plots else ()):
-        for path in report.plot(Path(args.plots), w, found["levels"], list(plan.strategies),
-                                found):
+    for w, found in results.items() if args.plots else ():
+        for path in report.plot(Path(args.plots), w, found["levels"], list(plan.strategies), found):
             console.print(f"written: {path}")
     return 0

@@ -16,8 +16,13 @@ What this file deliberately leaves out: animation and probability charts (the vi
 from rich.console import Console
 from rich.text import Text
 
-MARKS = {"accept": ("✓", "bold green"), "reject": ("✗", "bold red strike"),
-         "discard": ("·", "dim strike"), "resample": ("↻", "bold yellow"), "bonus": ("★", "bold cyan")}
+MARKS = {
+    "accept": ("✓", "bold green"),
+    "reject": ("✗", "bold red strike"),
+    "discard": ("·", "dim strike"),
+    "resample": ("↻", "bold yellow"),
+    "bonus": ("★", "bold cyan"),
+}
 
 
 def round_text(events: list[dict]) -> Text:
@@ -37,8 +42,11 @@ def round_text(events: list[dict]) -> Text:
     return line
 
 
-TREE_MARKS = {"accept": ("✓", "bold green"), "reject": ("✗", "bold red strike"),
-              "skip": ("·", "dim")}
+TREE_MARKS = {
+    "accept": ("✓", "bold green"),
+    "reject": ("✗", "bold red strike"),
+    "skip": ("·", "dim"),
+}
 
 
 def tree_lines(event: dict) -> list[Text]:
@@ -83,23 +91,46 @@ def show_rounds(console: Console, events: list[dict]) -> None:
     autoregressive = start["method"] == "ar"
     console.print(Text.assemble(("prompt ", "dim"), (start["prompt"], "bold")))
     if autoregressive:
-        console.print(Text(f"method ar (autoregressive: one target call per token), "
-                           f"T = {start['temperature']}, legend: ★ the token drawn from p", style="dim"))
+        console.print(
+            Text(
+                f"method ar (autoregressive: one target call per token), "
+                f"T = {start['temperature']}, legend: ★ the token drawn from p",
+                style="dim",
+            )
+        )
     else:
-        shape = (f"a {len(start['tree'])}-node tree ({start['siblings']} siblings)" if "tree" in start
-                 else f"γ = {start['gamma']}")
+        shape = (
+            f"a {len(start['tree'])}-node tree ({start['siblings']} siblings)"
+            if "tree" in start
+            else f"γ = {start['gamma']}"
+        )
         unjudged = "never tested" if "tree" in start else "discarded"
-        console.print(Text(f"method {start['method']}, {shape}, T = {start['temperature']}, "
-                           f"legend: ✓ accepted  ✗ rejected  · {unjudged}  ↻ resampled from the "
-                           f"residual  ★ bonus (drawn from p)", style="dim"))
+        console.print(
+            Text(
+                f"method {start['method']}, {shape}, T = {start['temperature']}, "
+                f"legend: ✓ accepted  ✗ rejected  · {unjudged}  ↻ resampled from the "
+                f"residual  ★ bonus (drawn from p)",
+                style="dim",
+            )
+        )
         if start["method"] == "ssd":
-            console.print(Text(f"fan-out {start['fanout']}, C = {start['saguaro_c']}: ◆ the "
-                               f"drafts were ready in the cache  ◇ a miss ({start['backup']} "
-                               f"backup drafted)", style="dim"))
+            console.print(
+                Text(
+                    f"fan-out {start['fanout']}, C = {start['saguaro_c']}: ◆ the "
+                    f"drafts were ready in the cache  ◇ a miss ({start['backup']} "
+                    f"backup drafted)",
+                    style="dim",
+                )
+            )
             if start["saguaro_c"] < 1:  # the q printed is the law the drafts were drawn from
-                console.print(Text(f"q is Saguaro's law q' (the draft's q with the cached "
-                                   f"guesses scaled by C = {start['saguaro_c']}): the drafts "
-                                   f"were drawn from q' and judged against it", style="dim"))
+                console.print(
+                    Text(
+                        f"q is Saguaro's law q' (the draft's q with the cached "
+                        f"guesses scaled by C = {start['saguaro_c']}): the drafts "
+                        f"were drawn from q' and judged against it",
+                        style="dim",
+                    )
+                )
     by_round: dict[tuple[int, int], list[dict]] = {}
     for e in events:
         if "round" in e:
@@ -110,8 +141,12 @@ def show_rounds(console: Console, events: list[dict]) -> None:
         texts[row] = texts.get(row, "") + end["emitted_text"]
         label = f"row {row} " if start.get("batch", 1) > 1 else ""
         counts = "" if autoregressive else f"{end['accepted']}/{end['drafted']}  "
-        console.print(Text(f"{label}{'step' if autoregressive else 'round'} {r + 1:>3}  {counts}",
-                           style="dim") + round_text(evs))
+        console.print(
+            Text(
+                f"{label}{'step' if autoregressive else 'round'} {r + 1:>3}  {counts}", style="dim"
+            )
+            + round_text(evs)
+        )
         for e in evs:
             if e["type"] == "tree":
                 for line in tree_lines(e):
@@ -120,12 +155,25 @@ def show_rounds(console: Console, events: list[dict]) -> None:
         console.print(Text.assemble(("\n" + start["prompt"], "bold"), (text, "cyan")))
     s = events[-1]["summary"] if events[-1]["type"] == "run_end" else None
     if s and not autoregressive:
-        console.print(Text(f"acceptance rate {s['acceptance_rate']:.0%}, mean acceptance length "
-                           f"{s['mean_acceptance_length']:.2f}, {s['tokens_per_target_call']:.2f} tokens "
-                           f"per target call, {s['target_calls_saved']} target calls saved" +
-                           (f", cache hit rate {s['cache_hit_rate']:.0%} (after round 1)"
-                            if "cache_hit_rate" in s else ""), style="dim"))
+        console.print(
+            Text(
+                f"acceptance rate {s['acceptance_rate']:.0%}, mean acceptance length "
+                f"{s['mean_acceptance_length']:.2f}, {s['tokens_per_target_call']:.2f} tokens "
+                f"per target call, {s['target_calls_saved']} target calls saved"
+                + (
+                    f", cache hit rate {s['cache_hit_rate']:.0%} (after round 1)"
+                    if "cache_hit_rate" in s
+                    else ""
+                ),
+                style="dim",
+            )
+        )
         if s["tokens_per_target_call"] < s["mean_acceptance_length"] - 1e-9:
-            console.print(Text("(fewer tokens per target call than the mean acceptance length: the "
-                               "last round's tokens past EOS or the length limit were judged but "
-                               "not kept)", style="dim"))
+            console.print(
+                Text(
+                    "(fewer tokens per target call than the mean acceptance length: the "
+                    "last round's tokens past EOS or the length limit were judged but "
+                    "not kept)",
+                    style="dim",
+                )
+            )

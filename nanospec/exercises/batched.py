@@ -15,8 +15,12 @@ from nanospec.exercises.learner import Failure, plain
 from nanospec.verify import accept_reject, leading_run
 
 ROWS = 400  # per γ
-EXAMPLE = (np.full((2, 3), .5), np.array([[.9, .2, .9], [.9, .9, .9]]), np.ones((2, 3)),
-           np.array([3, 2]))
+EXAMPLE = (
+    np.full((2, 3), 0.5),
+    np.array([[0.9, 0.2, 0.9], [0.9, 0.9, 0.9]]),
+    np.ones((2, 3)),
+    np.array([3, 2]),
+)
 
 
 def reference(u, p_x, q_x, n_draft) -> np.ndarray:
@@ -30,11 +34,14 @@ def ragged(rng, gamma: int) -> tuple[jax.Array, ...]:
     edge cases (all accepted, first rejected, padding that would pass, p(x) = 0 with u = 0)."""
     u = rng.random((ROWS, gamma))
     q_x = rng.uniform(0.05, 1.0, (ROWS, gamma))
-    p_x = np.where(rng.random((ROWS, gamma)) < 0.7, q_x * (1 + rng.random((ROWS, gamma))),
-                   u * q_x * rng.random((ROWS, gamma)))  # accepted, or rejected
+    p_x = np.where(
+        rng.random((ROWS, gamma)) < 0.7,
+        q_x * (1 + rng.random((ROWS, gamma))),
+        u * q_x * rng.random((ROWS, gamma)),
+    )  # accepted, or rejected
     n_draft = rng.integers(0, gamma + 1, ROWS)
-    n_draft[:gamma + 1] = np.arange(gamma + 1)  # every count at least once, all accepted
-    p_x[:gamma + 1] = 2.0
+    n_draft[: gamma + 1] = np.arange(gamma + 1)  # every count at least once, all accepted
+    p_x[: gamma + 1] = 2.0
     u[-1], p_x[-1], n_draft[-1] = 0.0, 0.0, gamma  # p(x) = 0 must reject even u = 0
     f32 = lambda x: jnp.asarray(x, jnp.float32)
     return f32(u), f32(p_x), f32(q_x), jnp.asarray(n_draft, jnp.int32)
@@ -43,15 +50,18 @@ def ragged(rng, gamma: int) -> tuple[jax.Array, ...]:
 def check_accepted_counts(accepted_counts):
     """Exercise 5: the docstring's example, then three ragged batches, all under jax.jit."""
     jitted = jax.jit(accepted_counts)
-    u, p_x, q_x, n_draft = (jnp.asarray(x, jnp.int32 if i == 3 else jnp.float32)
-                            for i, x in enumerate(EXAMPLE))
+    u, p_x, q_x, n_draft = (
+        jnp.asarray(x, jnp.int32 if i == 3 else jnp.float32) for i, x in enumerate(EXAMPLE)
+    )
     _compare(jitted, u, p_x, q_x, n_draft, "the docstring's example")
     yield "runs inside jax.jit; the docstring's example gives [1, 2]"
     rng = np.random.default_rng(0)
     for gamma in (1, 4, 7):
         _compare(jitted, *ragged(rng, gamma), f"a ragged batch of {ROWS} rows, γ = {gamma},")
-    yield (f"matches nanospec.verify.leading_run on {3 * ROWS} ragged rows (γ = 1, 4, 7; "
-           f"n_draft 0..γ; padding never counts; p(x) = 0 always rejects)")
+    yield (
+        f"matches nanospec.verify.leading_run on {3 * ROWS} ragged rows (γ = 1, 4, 7; "
+        f"n_draft 0..γ; padding never counts; p(x) = 0 always rejects)"
+    )
 
 
 def _compare(jitted, u, p_x, q_x, n_draft, what: str) -> None:
@@ -59,25 +69,36 @@ def _compare(jitted, u, p_x, q_x, n_draft, what: str) -> None:
     got = np.asarray(out)
     B = u.shape[0]
     if got.shape != (B,):
-        raise Failure(f"accepted_counts must return one count per row, shape ({B},); on "
-                      f"{what} yours returned shape {got.shape}.")
+        raise Failure(
+            f"accepted_counts must return one count per row, shape ({B},); on "
+            f"{what} yours returned shape {got.shape}."
+        )
     if not np.issubdtype(got.dtype, np.integer):
-        raise Failure(f"accepted_counts must return integer counts (the loop indexes with "
-                      f"them); yours are {got.dtype}: {plain(got[:4])}…")
+        raise Failure(
+            f"accepted_counts must return integer counts (the loop indexes with "
+            f"them); yours are {got.dtype}: {plain(got[:4])}…"
+        )
     want = reference(u, p_x, q_x, n_draft)
     bad = np.flatnonzero(got != want)
     if bad.size:
         b = int(bad[0])
-        raise Failure(f"on {what} row {b} (n_draft = {int(n_draft[b])}) has verdicts "
-                      f"{_marks(u[b], p_x[b], q_x[b], int(n_draft[b]))}, so it accepts "
-                      f"{want[b]}; yours says {got[b]}." + _hint(got, u, p_x, q_x, n_draft))
+        raise Failure(
+            f"on {what} row {b} (n_draft = {int(n_draft[b])}) has verdicts "
+            f"{_marks(u[b], p_x[b], q_x[b], int(n_draft[b]))}, so it accepts "
+            f"{want[b]}; yours says {got[b]}." + _hint(got, u, p_x, q_x, n_draft)
+        )
 
 
 def _marks(u, p_x, q_x, n: int) -> str:
     """A row's verdicts as [✓ ✗ (✓)]: (…) marks a padding slot, what its test would say."""
     ok = np.asarray(u * q_x < p_x)
-    return "[" + " ".join(("✓" if a else "✗") if i < n else f"({'✓' if a else '✗'})"
-                          for i, a in enumerate(ok)) + "]"
+    return (
+        "["
+        + " ".join(
+            ("✓" if a else "✗") if i < n else f"({'✓' if a else '✗'})" for i, a in enumerate(ok)
+        )
+        + "]"
+    )
 
 
 def _hint(got, u, p_x, q_x, n_draft) -> str:
@@ -86,15 +107,21 @@ def _hint(got, u, p_x, q_x, n_draft) -> str:
     ok = np.asarray(u * q_x < p_x)
     run = lambda a: np.cumprod(a, axis=1).sum(axis=1)
     if np.array_equal(got, (ok & proposed).sum(axis=1)):
-        return (" You counted every accepted draft; a row stops at its first rejection: sum the "
-                "cumulative product of its verdicts (the leading run), not the verdicts.")
+        return (
+            " You counted every accepted draft; a row stops at its first rejection: sum the "
+            "cumulative product of its verdicts (the leading run), not the verdicts."
+        )
     if np.array_equal(got, run(ok)):
-        return (" You counted padding: slots i ≥ n_draft were never proposed, so mask them off "
-                "(jnp.arange(γ) < n_draft[:, None]) before taking the run.")
+        return (
+            " You counted padding: slots i ≥ n_draft were never proposed, so mask them off "
+            "(jnp.arange(γ) < n_draft[:, None]) before taking the run."
+        )
     first_false = np.argmin(ok & proposed, axis=1)  # 0 when the row has no rejection
     if np.array_equal(got, first_false):
-        return (" argmin/argmax of the verdicts finds the first rejection, but answers 0 for a "
-                "row with none, where every draft was accepted: use the cumulative product.")
+        return (
+            " argmin/argmax of the verdicts finds the first rejection, but answers 0 for a "
+            "row with none, where every draft was accepted: use the cumulative product."
+        )
     if np.array_equal(got, run(np.asarray(u * q_x <= p_x) & proposed)):
-        return (" A token with p(x) = 0 was accepted with u = 0: compare strictly, u·q < p.")
+        return " A token with p(x) = 0 was accepted with u = 0: compare strictly, u·q < p."
     return ""

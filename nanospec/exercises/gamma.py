@@ -42,21 +42,40 @@ def speedups(alpha, c, r, gammas, tokens=expected_tokens, cost=None) -> np.ndarr
 
 # The usual mistakes, each as the speedups it computes instead.
 MISTAKES = (
-    (lambda a, c, r, gs: speedups(a, c, r, gs, lambda a, g: expected_tokens(a, g - 1)),
-     (" Your choices match E without its last term: E = 1 + α + … + α^γ has γ + 1 terms, "
-      "i.e. (1 − α^(γ+1)) / (1 − α); the last, α^γ, is the bonus token's chance.")),
-    (lambda a, c, r, gs: speedups(a, c, r, gs, lambda a, g: expected_tokens(a, g + 1)),
-     " Your choices match E with one term too many: E = 1 + α + … + α^γ, γ + 1 terms."),
-    (lambda a, c, r, gs: speedups(a, c, r, gs, cost=lambda g, rg: rg),
-     " Your choices match a model with free drafts: a round also pays γ·c for drafting."),
-    (lambda a, c, r, gs: speedups(a, c, r, gs, cost=lambda g, rg: c + rg),
-     " Your choices match a round paying c once: it drafts γ tokens, γ·c."),
-    (lambda a, c, r, gs: speedups(a, c, r, gs, cost=lambda g, rg: g * c + rg * (g + 1)),
-     (" Your choices match a verify pass costing r per token: r is already the whole "
-      "(γ+1)-token pass over a one-token pass.")),
-    (lambda a, c, r, gs: np.array([expected_tokens(a, g) for g in gs]),
-     " Your choices match the most tokens per round: divide E by the round's cost, γ·c + r."),
-    (lambda a, c, r, gs: -speedups(a, c, r, gs), " You took the smallest speedup, not the largest."),
+    (
+        lambda a, c, r, gs: speedups(a, c, r, gs, lambda a, g: expected_tokens(a, g - 1)),
+        (
+            " Your choices match E without its last term: E = 1 + α + … + α^γ has γ + 1 terms, "
+            "i.e. (1 − α^(γ+1)) / (1 − α); the last, α^γ, is the bonus token's chance."
+        ),
+    ),
+    (
+        lambda a, c, r, gs: speedups(a, c, r, gs, lambda a, g: expected_tokens(a, g + 1)),
+        " Your choices match E with one term too many: E = 1 + α + … + α^γ, γ + 1 terms.",
+    ),
+    (
+        lambda a, c, r, gs: speedups(a, c, r, gs, cost=lambda g, rg: rg),
+        " Your choices match a model with free drafts: a round also pays γ·c for drafting.",
+    ),
+    (
+        lambda a, c, r, gs: speedups(a, c, r, gs, cost=lambda g, rg: c + rg),
+        " Your choices match a round paying c once: it drafts γ tokens, γ·c.",
+    ),
+    (
+        lambda a, c, r, gs: speedups(a, c, r, gs, cost=lambda g, rg: g * c + rg * (g + 1)),
+        (
+            " Your choices match a verify pass costing r per token: r is already the whole "
+            "(γ+1)-token pass over a one-token pass."
+        ),
+    ),
+    (
+        lambda a, c, r, gs: np.array([expected_tokens(a, g) for g in gs]),
+        " Your choices match the most tokens per round: divide E by the round's cost, γ·c + r.",
+    ),
+    (
+        lambda a, c, r, gs: -speedups(a, c, r, gs),
+        " You took the smallest speedup, not the largest.",
+    ),
 )
 
 
@@ -75,31 +94,45 @@ def check_best_gamma(best_gamma):
         if not str(error).startswith("your best_gamma raised"):
             raise error  # the stub, or not one of gammas: the case does not matter
         alpha, c = cases[len(got)][:2]
-        raise Failure(f"with α = {alpha:g} and c = {c:g}, {str(error).rstrip('.')}."
-                      + _alpha_one(alpha))
+        raise Failure(
+            f"with α = {alpha:g} and c = {c:g}, {str(error).rstrip('.')}." + _alpha_one(alpha)
+        )
     if bad is not None:
         alpha, c, r, gammas = cases[bad]
         model = speedups(alpha, c, r, gammas)
         want = gammas[int(np.argmax(model))]
-        where = ("the docstring's example (α = .8, c = .05, r = [1.1 1.2 1.3 1.6], γ in "
-                 "[1, 2, 4, 8])" if bad == 0 else f"α = {alpha:g}, c = {c:g} and "
-                 f"{_profile(r)}, γ in {_span(gammas)}")
-        raise Failure(f"with {where}, the model predicts the best γ = {want}, at "
-                      f"{model.max():.3f}×; you chose γ = {got[bad]}, which it predicts at "
-                      f"{model[gammas.index(got[bad])]:.3f}×."
-                      + (_hint(got, cases) or _alpha_one(alpha) or
-                         " Speedup = E / (γ·c + r), with E = 1 + α + … + α^γ."))
+        where = (
+            "the docstring's example (α = .8, c = .05, r = [1.1 1.2 1.3 1.6], γ in [1, 2, 4, 8])"
+            if bad == 0
+            else f"α = {alpha:g}, c = {c:g} and {_profile(r)}, γ in {_span(gammas)}"
+        )
+        raise Failure(
+            f"with {where}, the model predicts the best γ = {want}, at "
+            f"{model.max():.3f}×; you chose γ = {got[bad]}, which it predicts at "
+            f"{model[gammas.index(got[bad])]:.3f}×."
+            + (
+                _hint(got, cases)
+                or _alpha_one(alpha)
+                or " Speedup = E / (γ·c + r), with E = 1 + α + … + α^γ."
+            )
+        )
     yield "the docstring's example gives 4"
-    yield (f"picks the model's best γ on {len(cases) - 1} (α, c, r) cases: α 0…1, c "
-           f"{COSTS[0]}…{COSTS[-1]}, r flat, growing, steep, and a measured list out of order")
+    yield (
+        f"picks the model's best γ on {len(cases) - 1} (α, c, r) cases: α 0…1, c "
+        f"{COSTS[0]}…{COSTS[-1]}, r flat, growing, steep, and a measured list out of order"
+    )
     alpha, c, r, gammas = RECORDED
     choice = _choice(best_gamma, alpha, c, r, gammas)
     if choice != RECORDED_FASTEST:
-        raise Failure(f"with the run recorded in docs/results.md (α = {alpha}, c = {c}, r = {r} "
-                      f"for γ = {gammas}) you chose γ = {choice}; the model picks "
-                      f"{RECORDED_FASTEST}, the γ that run measured fastest.")
-    yield (f"on the bench run recorded in docs/results.md (α = {alpha}, c = {c}, measured r) it "
-           f"picks γ = {RECORDED_FASTEST}, the γ that run measured fastest (2.78× end to end)")
+        raise Failure(
+            f"with the run recorded in docs/results.md (α = {alpha}, c = {c}, r = {r} "
+            f"for γ = {gammas}) you chose γ = {choice}; the model picks "
+            f"{RECORDED_FASTEST}, the γ that run measured fastest."
+        )
+    yield (
+        f"on the bench run recorded in docs/results.md (α = {alpha}, c = {c}, measured r) it "
+        f"picks γ = {RECORDED_FASTEST}, the γ that run measured fastest (2.78× end to end)"
+    )
 
 
 def _choice(best_gamma, alpha, c, r, gammas) -> int:
@@ -112,10 +145,15 @@ def _choice(best_gamma, alpha, c, r, gammas) -> int:
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        hint = (" That looks like a position in the list: return gammas[i]."
-                if isinstance(out, (int, np.integer)) and 0 <= out < len(gammas) else "")
-        raise Failure(f"best_gamma must return one of gammas, {list(gammas)}: the γ itself; "
-                      f"yours returned {plain(out)!r}.{hint}")
+        hint = (
+            " That looks like a position in the list: return gammas[i]."
+            if isinstance(out, (int, np.integer)) and 0 <= out < len(gammas)
+            else ""
+        )
+        raise Failure(
+            f"best_gamma must return one of gammas, {list(gammas)}: the γ itself; "
+            f"yours returned {plain(out)!r}.{hint}"
+        )
     return choice
 
 
@@ -131,14 +169,20 @@ def _hint(got: list[int], cases: list) -> str:
     if all(int(np.argmax(speedups(*case))) == g for g, case in zip(got, cases)):
         return " That looks like a position in the list: return gammas[i], the γ itself."
     for speeds, hint in MISTAKES:
-        if all(gs[int(np.argmax(speeds(a, c, r, gs)))] == g for g, (a, c, r, gs) in zip(got, cases)):
+        if all(
+            gs[int(np.argmax(speeds(a, c, r, gs)))] == g for g, (a, c, r, gs) in zip(got, cases)
+        ):
             return hint
     return ""
 
 
 def _alpha_one(alpha: float) -> str:
-    return (" With α = 1 every draft is accepted and E = γ + 1; (1 − α^(γ+1)) / (1 − α) is 0/0 "
-            "there: add up 1 + α + … + α^γ instead." if alpha == 1 else "")
+    return (
+        " With α = 1 every draft is accepted and E = γ + 1; (1 − α^(γ+1)) / (1 − α) is 0/0 "
+        "there: add up 1 + α + … + α^γ instead."
+        if alpha == 1
+        else ""
+    )
 
 
 def _profile(r) -> str:

@@ -32,8 +32,14 @@ def chi2_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
 
 def show(law) -> str:
     """[.5 .3 .2]-style text of a law, two decimals, as the lessons write them."""
-    return "[" + " ".join(f"{x:.2f}".replace("0.", ".", 1) if x < 1 else f"{x:.2f}"
-                          for x in np.asarray(law, float)) + "]"
+    return (
+        "["
+        + " ".join(
+            f"{x:.2f}".replace("0.", ".", 1) if x < 1 else f"{x:.2f}"
+            for x in np.asarray(law, float)
+        )
+        + "]"
+    )
 
 
 def differs(what: str, counts: np.ndarray, law: np.ndarray) -> str | None:
@@ -43,7 +49,9 @@ def differs(what: str, counts: np.ndarray, law: np.ndarray) -> str | None:
         return None
     seen = counts / counts.sum()
     worst = int(np.argmax(np.abs(seen - law)))
-    return (f"{what} should have the law {show(law)} but came out {show(seen)} over "
-            f"{int(counts.sum()):,} draws (total variation {tv(seen, law):.3f}; token {worst} "
-            f"{seen[worst]:.1%} instead of {law[worst]:.1%}; a correct rule fails this check "
-            f"by chance with probability {ALPHA:g})")
+    return (
+        f"{what} should have the law {show(law)} but came out {show(seen)} over "
+        f"{int(counts.sum()):,} draws (total variation {tv(seen, law):.3f}; token {worst} "
+        f"{seen[worst]:.1%} instead of {law[worst]:.1%}; a correct rule fails this check "
+        f"by chance with probability {ALPHA:g})"
+    )

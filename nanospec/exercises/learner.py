@@ -17,8 +17,12 @@ from nanospec.errors import UserError
 
 # Asking for a traced array's value inside jax.jit: a Python if, while, int(), np.asarray, or
 # indexing with a boolean mask (its result's shape would depend on the values).
-TRACED_VALUE = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
-                jax.errors.TracerIntegerConversionError, jax.errors.NonConcreteBooleanIndexError)
+TRACED_VALUE = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerArrayConversionError,
+    jax.errors.TracerIntegerConversionError,
+    jax.errors.NonConcreteBooleanIndexError,
+)
 
 
 class Failure(Exception):
@@ -43,44 +47,60 @@ def load(path: Path, function: str, params: tuple[str, ...]):
     try:
         spec.loader.exec_module(module)
     except Exception as e:  # the learner's module-level code: report it, do not crash
-        raise UserError(f"Running {path} failed at line {_line_in(e, path)}: "
-                        f"{type(e).__name__}: {e}.") from None
+        raise UserError(
+            f"Running {path} failed at line {_line_in(e, path)}: {type(e).__name__}: {e}."
+        ) from None
     fn = getattr(module, function, None)
     if not callable(fn):
-        raise UserError(f"{path} defines no function named {function}; the exercise asks for "
-                        f"{function}({', '.join(params)}).")
+        raise UserError(
+            f"{path} defines no function named {function}; the exercise asks for "
+            f"{function}({', '.join(params)})."
+        )
     names = list(inspect.signature(fn).parameters)
-    if names[:len(params)] != list(params):
-        raise UserError(f"{function} in {path} takes ({', '.join(names)}); the exercise needs "
-                        f"({', '.join(params)}).")
+    if names[: len(params)] != list(params):
+        raise UserError(
+            f"{function} in {path} takes ({', '.join(names)}); the exercise needs "
+            f"({', '.join(params)})."
+        )
     return calling(fn, function, path)
 
 
 def calling(fn, function: str, path: Path):
     """`fn`, except that an exception it raises becomes a `Failure` saying what happened."""
+
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except NotImplementedError:
-            raise Failure(f"{function} is still the stub (it raises NotImplementedError): write "
-                          f"its body; the docstring at the top of {path.name} says what it "
-                          f"must do.") from None
+            raise Failure(
+                f"{function} is still the stub (it raises NotImplementedError): write "
+                f"its body; the docstring at the top of {path.name} says what it "
+                f"must do."
+            ) from None
         except TRACED_VALUE as e:
-            raise Failure(f"your {function} cannot run inside jax.jit: at line "
-                          f"{_line_in(e, path)} of {path.name} it needs the value of an array "
-                          f"that jit only traces ({type(e).__name__}). A Python if or while on "
-                          f"an array, int(), .item(), numpy or a boolean mask cannot run there: use "
-                          f"jax.numpy operations (jnp.where, jnp.cumprod, jnp.sum).") from None
+            raise Failure(
+                f"your {function} cannot run inside jax.jit: at line "
+                f"{_line_in(e, path)} of {path.name} it needs the value of an array "
+                f"that jit only traces ({type(e).__name__}). A Python if or while on "
+                f"an array, int(), .item(), numpy or a boolean mask cannot run there: use "
+                f"jax.numpy operations (jnp.where, jnp.cumprod, jnp.sum)."
+            ) from None
         except Exception as e:
-            raise Failure(f"your {function} raised {type(e).__name__} at line "
-                          f"{_line_in(e, path)} of {path.name}: {e}") from None
+            raise Failure(
+                f"your {function} raised {type(e).__name__} at line "
+                f"{_line_in(e, path)} of {path.name}: {e}"
+            ) from None
+
     return call
 
 
 def _line_in(e: BaseException, path: Path) -> str:
     """The line of `path` where `e` happened (the last frame in that file), or '?'."""
-    lines = [f.lineno for f in traceback.extract_tb(e.__traceback__)
-             if Path(f.filename).resolve() == path.resolve()]
+    lines = [
+        f.lineno
+        for f in traceback.extract_tb(e.__traceback__)
+        if Path(f.filename).resolve() == path.resolve()
+    ]
     if isinstance(e, SyntaxError) and e.lineno:
         lines.append(e.lineno)
     return str(lines[-1]) if lines else "?"

@@ -21,7 +21,7 @@ def _reference(contexts, gamma: int, max_ngram: int, min_ngram: int) -> list[lis
     """The library's drafts for each context ([] where nothing matched), in one batched call."""
     seq = np.zeros((len(contexts), SEQ), np.int32)
     for b, c in enumerate(contexts):
-        seq[b, :len(c)] = c
+        seq[b, : len(c)] = c
     lengths = jnp.array([len(c) for c in contexts], jnp.int32)
     row = lambda s, n: reference_lookup(s, n, gamma, max_ngram, min_ngram)
     drafts, matched = jax.jit(jax.vmap(row))(jnp.asarray(seq), lengths)
@@ -29,18 +29,24 @@ def _reference(contexts, gamma: int, max_ngram: int, min_ngram: int) -> list[lis
 
 
 def _contexts(rng, count: int) -> list[list[int]]:
-    return [rng.integers(0, int(rng.integers(2, 7)), int(rng.integers(2, 30))).tolist()
-            for _ in range(count)]
+    return [
+        rng.integers(0, int(rng.integers(2, 7)), int(rng.integers(2, 30))).tolist()
+        for _ in range(count)
+    ]
 
 
 def check_lookup(lookup):
     """Exercise 7: the docstring's example, no match, then 600 random contexts."""
-    for context, gamma, want, what in (([7, 8, 9, 7, 8], 4, [9, 7, 8, 9], "the docstring's example"),
-                                       ([1, 2, 3], 4, [], "no match")):
+    for context, gamma, want, what in (
+        ([7, 8, 9, 7, 8], 4, [9, 7, 8, 9], "the docstring's example"),
+        ([1, 2, 3], 4, [], "no match"),
+    ):
         got = _call(lookup, context, gamma, 3, 1)
         if got != want:
-            raise Failure(f"{what}, lookup({context}, {gamma}, 3, 1), should give {want}; yours "
-                          f"gives {got}." + _lookup_hint(got, context, gamma, 3, 1))
+            raise Failure(
+                f"{what}, lookup({context}, {gamma}, 3, 1), should give {want}; yours "
+                f"gives {got}." + _lookup_hint(got, context, gamma, 3, 1)
+            )
     yield "the docstring's example gives [9, 7, 8, 9]"
     yield "returns [] when nothing matches"
     rng = np.random.default_rng(0)
@@ -49,9 +55,11 @@ def check_lookup(lookup):
         for context, want in zip(contexts, _reference(contexts, gamma, max_ngram, min_ngram)):
             got = _call(lookup, list(context), gamma, max_ngram, min_ngram)
             if got != want:
-                raise Failure(f"lookup({context}, γ = {gamma}, max_ngram = {max_ngram}, "
-                              f"min_ngram = {min_ngram}) should give {want}; yours gives {got}."
-                              + _lookup_hint(got, context, gamma, max_ngram, min_ngram))
+                raise Failure(
+                    f"lookup({context}, γ = {gamma}, max_ngram = {max_ngram}, "
+                    f"min_ngram = {min_ngram}) should give {want}; yours gives {got}."
+                    + _lookup_hint(got, context, gamma, max_ngram, min_ngram)
+                )
     yield "matches nanospec.drafters.lookup on 600 random contexts"
 
 
@@ -62,9 +70,11 @@ def _call(lookup, context, gamma, max_ngram, min_ngram):
     except Failure as failure:
         if "ZeroDivisionError" not in str(failure):
             raise
-        raise Failure(f"{failure} (on lookup({context}, {gamma}, {max_ngram}, {min_ngram})). The "
-                      f"period L − 1 − j is 0 only when j = L − 1, where the 'occurrence' is the "
-                      f"suffix itself: an earlier one must end by index L − 2.") from None
+        raise Failure(
+            f"{failure} (on lookup({context}, {gamma}, {max_ngram}, {min_ngram})). The "
+            f"period L − 1 − j is 0 only when j = L − 1, where the 'occurrence' is the "
+            f"suffix itself: an earlier one must end by index L − 2."
+        ) from None
 
 
 def _lookup_hint(got, context, gamma, max_ngram, min_ngram) -> str:
@@ -72,29 +82,43 @@ def _lookup_hint(got, context, gamma, max_ngram, min_ngram) -> str:
     latest occurrence instead of the earliest; else say where the match is."""
     L = len(context)
     for n in range(max_ngram, min_ngram - 1, -1):
-        ends = [j for j in range(n - 1, L - 1) if L > n and context[j - n + 1:j + 1] == context[L - n:]]
+        ends = [
+            j
+            for j in range(n - 1, L - 1)
+            if L > n and context[j - n + 1 : j + 1] == context[L - n :]
+        ]
         if not ends:
             continue
         j, period = ends[0], L - 1 - ends[0]
         want = [context[j + 1 + i % period] for i in range(gamma)]
-        if isinstance(got, list) and 0 < len(got) < gamma and got == want[:len(got)]:
-            return (f" Only {period} tokens follow the match {context[L - n:]} (it ends at index "
-                    f"{j}), so a slice reads past the end of the context and stops short: wrap "
-                    f"around, drafts[i] = context[j + 1 + i % (L − 1 − j)].")
+        if isinstance(got, list) and 0 < len(got) < gamma and got == want[: len(got)]:
+            return (
+                f" Only {period} tokens follow the match {context[L - n :]} (it ends at index "
+                f"{j}), so a slice reads past the end of the context and stops short: wrap "
+                f"around, drafts[i] = context[j + 1 + i % (L − 1 − j)]."
+            )
         if got == []:
-            return (f" The last {n} tokens {context[L - n:]} occurred before, ending at index {j}: "
-                    f"if you matched the suffix with itself (ending at index L − 1 = {L - 1}), "
-                    f"search only j ≤ L − 2, and try shorter n-grams before giving up.")
+            return (
+                f" The last {n} tokens {context[L - n :]} occurred before, ending at index {j}: "
+                f"if you matched the suffix with itself (ending at index L − 1 = {L - 1}), "
+                f"search only j ≤ L − 2, and try shorter n-grams before giving up."
+            )
         latest = [context[ends[-1] + 1 + i % (L - 1 - ends[-1])] for i in range(gamma)]
         if got == latest and len(ends) > 1:
-            return (f" You copied after the latest occurrence of {context[L - n:]} (ending at "
-                    f"index {ends[-1]}); copy after the earliest (ending at index {j}).")
-        return (f" The longest suffix that occurred before is {context[L - n:]} (n = {n}), "
-                f"earliest ending at index {j}, so the drafts start at context[{j + 1}] = "
-                f"{context[j + 1]}.")
+            return (
+                f" You copied after the latest occurrence of {context[L - n :]} (ending at "
+                f"index {ends[-1]}); copy after the earliest (ending at index {j})."
+            )
+        return (
+            f" The longest suffix that occurred before is {context[L - n :]} (n = {n}), "
+            f"earliest ending at index {j}, so the drafts start at context[{j + 1}] = "
+            f"{context[j + 1]}."
+        )
     if got:
-        return (f" No n-gram of the last {min_ngram} to {max_ngram} tokens occurred earlier "
-                f"(ending by index L − 2 = {L - 2}), so there is nothing to copy: return [].")
+        return (
+            f" No n-gram of the last {min_ngram} to {max_ngram} tokens occurred earlier "
+            f"(ending by index L − 2 = {L - 2}), so there is nothing to copy: return []."
+        )
     return ""
 
 
@@ -107,9 +131,11 @@ class Toy:
     def next(self, tokens: list[int]) -> int:
         return int(self.table[tokens[-2] if len(tokens) > 1 else 0, tokens[-1]])
 
-    def all_next(self, tokens: list[int]) -> list[int]:  # one pass: the next token after each prefix
+    def all_next(
+        self, tokens: list[int]
+    ) -> list[int]:  # one pass: the next token after each prefix
         self.calls += 1
-        return [self.next(tokens[:i + 1]) for i in range(len(tokens))]
+        return [self.next(tokens[: i + 1]) for i in range(len(tokens))]
 
 
 def _toys(V: int = 40, agree: float = 0.7, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -135,21 +161,33 @@ def _passes_needed(target: Toy, draft: Toy, prompt, gamma: int, max_new: int) ->
 def check_greedy_loop(greedy_speculative):
     """Exercise 1: greedy text exactly, max_new respected, one target pass per round."""
     t_table, d_table = _toys()
-    cases = [(t_table, d_table, "a draft that agrees about 70% of the time"),
-             (t_table, t_table, "a perfect draft"), (t_table, (t_table + 1) % 40, "a useless draft")]
+    cases = [
+        (t_table, d_table, "a draft that agrees about 70% of the time"),
+        (t_table, t_table, "a perfect draft"),
+        (t_table, (t_table + 1) % 40, "a useless draft"),
+    ]
     for table, dtable, name in cases:
-        for prompt, gamma, max_new in (([3], 1, 5), ([1, 2], 3, 30), ([5, 9, 2], 6, 30), ([4], 4, 1)):
+        for prompt, gamma, max_new in (
+            ([3], 1, 5),
+            ([1, 2], 3, 30),
+            ([5, 9, 2], 6, 30),
+            ([4], 4, 1),
+        ):
             target, draft = Toy(table), Toy(dtable)
             want = [target.next(prompt)]
             while len(want) < max_new:
                 want.append(target.next(prompt + want))
-            got = plain(greedy_speculative(target.all_next, draft.next, list(prompt), gamma, max_new))
+            got = plain(
+                greedy_speculative(target.all_next, draft.next, list(prompt), gamma, max_new)
+            )
             _check_text(got, want, prompt, gamma, name)
             needed = _passes_needed(Toy(table), Toy(dtable), prompt, gamma, max_new)
             if target.calls > needed + 1:
-                raise Failure(f"with {name}, γ = {gamma}, {max_new} new tokens, you called target "
-                              f"{target.calls} times; a speculative loop needs {needed} (one pass "
-                              f"per round). Score all of a round's drafts with ONE call to target.")
+                raise Failure(
+                    f"with {name}, γ = {gamma}, {max_new} new tokens, you called target "
+                    f"{target.calls} times; a speculative loop needs {needed} (one pass "
+                    f"per round). Score all of a round's drafts with ONE call to target."
+                )
     yield "writes exactly the greedy text with good, perfect and useless drafts, γ = 1…6"
     yield "makes one target pass per round and never writes more than max_new tokens"
 
@@ -158,12 +196,16 @@ def _check_text(got, want, prompt, gamma: int, name: str) -> None:
     if not isinstance(got, list) or not all(isinstance(x, (int, np.integer)) for x in got):
         raise Failure(f"greedy_speculative must return a list of ints; yours returned {got!r}.")
     if len(got) != len(want):
-        raise Failure(f"asked for {len(want)} new tokens (prompt {prompt}, γ = {gamma}), yours "
-                      f"returned {len(got)}: stop at max_new — the last round may need fewer "
-                      f"drafts.")
+        raise Failure(
+            f"asked for {len(want)} new tokens (prompt {prompt}, γ = {gamma}), yours "
+            f"returned {len(got)}: stop at max_new — the last round may need fewer "
+            f"drafts."
+        )
     if got != want:
         i = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
-        raise Failure(f"with {name} (prompt {prompt}, γ = {gamma}) your text differs from greedy "
-                      f"decoding at new token {i + 1}: yours is {got[i]}, the target's greedy "
-                      f"choice is {want[i]}. Keep drafts only while they equal the target's "
-                      f"choice, then add the target's own token.")
+        raise Failure(
+            f"with {name} (prompt {prompt}, γ = {gamma}) your text differs from greedy "
+            f"decoding at new token {i + 1}: yours is {got[i]}, the target's greedy "
+            f"choice is {want[i]}. Keep drafts only while they equal the target's "
+            f"choice, then add the target's own token."
+        )

@@ -76,9 +76,9 @@ def _fresh(text: list[int]) -> tuple[np.ndarray, KVCache]:
     pass over it (no cache; padding after the text cannot change them: attention is causal)."""
     _, params, _, fresh = _tiny()
     tokens = np.zeros((1, SLOTS), np.int32)
-    tokens[0, :len(text)] = text
+    tokens[0, : len(text)] = text
     logits, kv = fresh(params, jnp.asarray(tokens))
-    return np.argmax(np.asarray(logits[0]), axis=-1)[:len(text)], kv
+    return np.argmax(np.asarray(logits[0]), axis=-1)[: len(text)], kv
 
 
 def _greedy(text: list[int], count: int) -> list[int]:
@@ -86,7 +86,7 @@ def _greedy(text: list[int], count: int) -> list[int]:
     out = list(text)
     for _ in range(count):
         out.append(int(_fresh(out)[0][-1]))
-    return out[len(text):]
+    return out[len(text) :]
 
 
 def check_verify_and_rollback(verify_and_rollback):
@@ -105,34 +105,44 @@ def check_verify_and_rollback(verify_and_rollback):
         n, token, kv = _verdict(out, where)
         want = _greedy_verdict(drafts, choice)
         if (n, token) != want:
-            raise Failure(f"{where} the target's greedy choices (the argmax of each logits row) "
-                          f"are {choice}, so (n_accepted, token) should be {want}; yours is "
-                          f"{(n, token)}. Row i scores the token after block[i]: row 0 judges "
-                          f"drafts[0], and the first draft that differs is replaced by its row's "
-                          f"argmax.")
+            raise Failure(
+                f"{where} the target's greedy choices (the argmax of each logits row) "
+                f"are {choice}, so (n_accepted, token) should be {want}; yours is "
+                f"{(n, token)}. Row i scores the token after block[i]: row 0 judges "
+                f"drafts[0], and the first draft that differs is replaced by its row's "
+                f"argmax."
+            )
         text += drafts[:n] + [token]
         _check_length(int(kv.length[0]), start, len(text), n, drafts, token, where)
         _check_contents(kv, text, where)
-    yield (f"{len(PLAN)} rounds of γ = {GAMMA}, accepting {', '.join(map(str, PLAN))}: one pass "
-           f"each over [last] + drafts, the right verdicts")
+    yield (
+        f"{len(PLAN)} rounds of γ = {GAMMA}, accepting {', '.join(map(str, PLAN))}: one pass "
+        f"each over [last] + drafts, the right verdicts"
+    )
     yield "after every round the cache holds the text but its last token: rollback by length"
-    if text[len(PROMPT):] != _greedy(PROMPT, len(text) - len(PROMPT)):
+    if text[len(PROMPT) :] != _greedy(PROMPT, len(text) - len(PROMPT)):
         raise Failure("the text differs from greedy decoding by fresh passes.")
-    yield ("its keys and values equal a fresh pass over the text every round, and the text is "
-           "greedy decoding's")
+    yield (
+        "its keys and values equal a fresh pass over the text every round, and the text is "
+        "greedy decoding's"
+    )
 
 
 def _one_pass(target: Target, last: int, drafts: list[int], where: str) -> list[int]:
     """The target's argmax per row of the learner's one pass, or a Failure about the pass."""
     want = [last, *drafts]
     if len(target.calls) != 1:
-        raise Failure(f"{where} your verify_and_rollback called target {len(target.calls)} "
-                      f"times; ONE pass over [last] + drafts = {want} scores every draft.")
+        raise Failure(
+            f"{where} your verify_and_rollback called target {len(target.calls)} "
+            f"times; ONE pass over [last] + drafts = {want} scores every draft."
+        )
     block, logits = target.calls.pop()
     if block != want:
-        raise Failure(f"{where} your target pass was over {block}; it must be over [last] + "
-                      f"drafts = {want}. The cache holds the text but `last`, so `last` goes in "
-                      f"first, and its logits row judges the first draft.")
+        raise Failure(
+            f"{where} your target pass was over {block}; it must be over [last] + "
+            f"drafts = {want}. The cache holds the text but `last`, so `last` goes in "
+            f"first, and its logits row judges the first draft."
+        )
     return np.argmax(logits, axis=-1).tolist()
 
 
@@ -141,16 +151,22 @@ def _verdict(out, where: str) -> tuple[int, int, KVCache]:
         n, token, kv = out
         n, token = int(n), int(token)
     except (TypeError, ValueError):
-        raise Failure(f"verify_and_rollback must return (n_accepted, token, cache); {where} "
-                      f"yours returned {plain(out)!r}.") from None
+        raise Failure(
+            f"verify_and_rollback must return (n_accepted, token, cache); {where} "
+            f"yours returned {plain(out)!r}."
+        ) from None
     if not isinstance(kv, KVCache):
-        raise Failure(f"{where} the third thing you returned is a {type(kv).__name__}, not the "
-                      f"cache: return the KVCache that target gave back, rolled back.")
+        raise Failure(
+            f"{where} the third thing you returned is a {type(kv).__name__}, not the "
+            f"cache: return the KVCache that target gave back, rolled back."
+        )
     length = jnp.asarray(kv.length, jnp.int32).reshape(-1)
     if length.shape != (1,) or kv.k[0].shape != (1, SLOTS, *kv.k[0].shape[2:]):
-        raise Failure(f"{where} the cache you returned has length {plain(kv.length)} and buffers "
-                      f"of shape {kv.k[0].shape}: keep the buffers as they are (1 row, {SLOTS} "
-                      f"slots) and roll back by setting the length alone.")
+        raise Failure(
+            f"{where} the cache you returned has length {plain(kv.length)} and buffers "
+            f"of shape {kv.k[0].shape}: keep the buffers as they are (1 row, {SLOTS} "
+            f"slots) and roll back by setting the length alone."
+        )
     return n, token, rollback(kv, length)
 
 
@@ -168,20 +184,30 @@ def _check_length(got: int, start: int, size: int, n: int, drafts, token: int, w
         return
     hint = ""
     if got == want - 1:
-        hint = (f" One slot short: the block began with `last`, whose keys the pass wrote at slot "
-                f"{start}; keep it and the {n} accepted drafts: {start} + {n} + 1 = {want}.")
+        hint = (
+            f" One slot short: the block began with `last`, whose keys the pass wrote at slot "
+            f"{start}; keep it and the {n} accepted drafts: {start} + {n} + 1 = {want}."
+        )
     elif got == start + GAMMA + 1:
-        hint = (" You never rolled back: the cache still counts all γ + 1 slots of the block, the "
-                "rejected drafts' keys included.")
+        hint = (
+            " You never rolled back: the cache still counts all γ + 1 slots of the block, the "
+            "rejected drafts' keys included."
+        )
     elif got == want + 1 and n < len(drafts):
-        hint = (f" One slot too many: slot {want} holds the keys of the rejected draft "
-                f"{drafts[n]}, not of the new token {token}: that one leads the next block, so "
-                f"no pass has read it yet.")
+        hint = (
+            f" One slot too many: slot {want} holds the keys of the rejected draft "
+            f"{drafts[n]}, not of the new token {token}: that one leads the next block, so "
+            f"no pass has read it yet."
+        )
     elif got == want + 1:
-        hint = (f" One slot too many: the bonus token {token} leads the next block, so no pass "
-                f"has read it yet, and slot {want} holds no keys of it.")
-    raise Failure(f"{where} the text is now {size} tokens, and the cache must hold all but the "
-                  f"last: {want}. Yours holds {got}." + hint)
+        hint = (
+            f" One slot too many: the bonus token {token} leads the next block, so no pass "
+            f"has read it yet, and slot {want} holds no keys of it."
+        )
+    raise Failure(
+        f"{where} the text is now {size} tokens, and the cache must hold all but the "
+        f"last: {want}. Yours holds {got}." + hint
+    )
 
 
 def _check_contents(kv: KVCache, text: list[int], where: str) -> None:
@@ -194,7 +220,9 @@ def _check_contents(kv: KVCache, text: list[int], where: str) -> None:
             gap = np.abs(a - b).max(axis=(1, 2)) / (np.abs(b).max() + 1e-9)
             if gap.max() > 1e-3:
                 slot = int(np.argmax(gap > 1e-3))
-                raise Failure(f"{where} the cache's {name} at slot {slot} (layer {layer}) differ "
-                              f"from a fresh pass over the text by {gap[slot]:.0%} of their size: "
-                              f"the slots below the length must hold the text's own keys and "
-                              f"values, token {text[slot]} at slot {slot}.")
+                raise Failure(
+                    f"{where} the cache's {name} at slot {slot} (layer {layer}) differ "
+                    f"from a fresh pass over the text by {gap[slot]:.0%} of their size: "
+                    f"the slots below the length must hold the text's own keys and "
+                    f"values, token {text[slot]} at slot {slot}."
+                )

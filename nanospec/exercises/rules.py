@@ -25,33 +25,48 @@ def check_one_token(accept_reject, residual):
 def check_accept_reject(accept_reject):
     """One verdict per draft, min(1, p/q) on a grid, the docstring's example, and
     p(x) = 0 never accepted."""
-    got = np.asarray(accept_reject(np.array([.5, .5]), np.array([.6, .1]), np.array([.9, .4])))
+    got = np.asarray(
+        accept_reject(np.array([0.5, 0.5]), np.array([0.6, 0.1]), np.array([0.9, 0.4]))
+    )
     if got.shape != (2,):
-        raise Failure(f"accept_reject must return one verdict per draft: for 2 drafts it "
-                      f"returned shape {got.shape}.")
+        raise Failure(
+            f"accept_reject must return one verdict per draft: for 2 drafts it "
+            f"returned shape {got.shape}."
+        )
 
     p, q = (np.array(v, float) for v in zip(*[(a, b) for a in P_GRID for b in Q_GRID]))
     u = (np.arange(UNIFORMS) + 0.5) / UNIFORMS  # evenly spaced in (0, 1)
     shape = (len(p), UNIFORMS)
-    verdicts = np.asarray(accept_reject(np.broadcast_to(u, shape), np.broadcast_to(p[:, None], shape),
-                                        np.broadcast_to(q[:, None], shape)))
+    verdicts = np.asarray(
+        accept_reject(
+            np.broadcast_to(u, shape),
+            np.broadcast_to(p[:, None], shape),
+            np.broadcast_to(q[:, None], shape),
+        )
+    )
     rate, want = verdicts.astype(float).mean(axis=1), np.minimum(1.0, p / q)
     i = int(np.argmax(np.abs(rate - want)))
     if abs(rate[i] - want[i]) > 1.0 / UNIFORMS + 1e-9:
-        raise Failure(f"with p(x) = {p[i]:.2f} and q(x) = {q[i]:.2f} your rule accepts "
-                      f"{rate[i]:.1%} of uniforms; it must accept min(1, p/q) = {want[i]:.1%}."
-                      + _accept_hint(rate, p, q))
+        raise Failure(
+            f"with p(x) = {p[i]:.2f} and q(x) = {q[i]:.2f} your rule accepts "
+            f"{rate[i]:.1%} of uniforms; it must accept min(1, p/q) = {want[i]:.1%}."
+            + _accept_hint(rate, p, q)
+        )
     yield f"accepts with probability min(1, p/q) on {len(p)} (p(x), q(x)) pairs"
 
     if got.tolist() != [True, False]:  # the grid already caught any wrong rate
-        raise Failure(f"the docstring's example, u = [.5 .5], p_x = [.6 .1], q_x = [.9 .4], "
-                      f"should give [True, False]; yours gives {plain(got)}.")
+        raise Failure(
+            f"the docstring's example, u = [.5 .5], p_x = [.6 .1], q_x = [.9 .4], "
+            f"should give [True, False]; yours gives {plain(got)}."
+        )
     yield "the docstring's example gives [True, False]"
 
-    zero = np.asarray(accept_reject(np.zeros(3), np.zeros(3), np.array([.2, .5, 1.])))
+    zero = np.asarray(accept_reject(np.zeros(3), np.zeros(3), np.array([0.2, 0.5, 1.0])))
     if np.any(zero):
-        raise Failure("a token the target never writes (p(x) = 0) was accepted with u = 0: "
-                      "compare strictly, u < p/q (or u·q < p), so p(x) = 0 always rejects.")
+        raise Failure(
+            "a token the target never writes (p(x) = 0) was accepted with u = 0: "
+            "compare strictly, u < p/q (or u·q < p), so p(x) = 0 always rejects."
+        )
     yield "never accepts a token the target gives probability 0"
 
 
@@ -59,8 +74,10 @@ def _accept_hint(rate, p, q) -> str:
     """Name the usual mistake if the measured acceptance rates match it everywhere."""
     close = lambda want: np.all(np.abs(rate - want) <= 1.0 / UNIFORMS + 1e-9)
     if close((p >= q).astype(float)):
-        return (" It looks like you accept exactly when p(x) ≥ q(x); the rule is a coin flip: "
-                "accept when u < p(x)/q(x).")
+        return (
+            " It looks like you accept exactly when p(x) ≥ q(x); the rule is a coin flip: "
+            "accept when u < p(x)/q(x)."
+        )
     if close(np.minimum(1.0, q / np.where(p > 0, p, 1e-12))):
         return " It looks like the ratio is upside down: accept when u < p(x)/q(x)."
     if close(1 - np.minimum(1.0, p / q)):
@@ -70,11 +87,14 @@ def _accept_hint(rate, p, q) -> str:
 
 def check_residual(residual):
     """The worked example, 200 random pairs against the library, and p == q."""
-    got = np.asarray(residual(np.array([.6, .4]), np.array([.9, .1])), float)
+    got = np.asarray(residual(np.array([0.6, 0.4]), np.array([0.9, 0.1])), float)
     if got.shape != (2,) or not np.allclose(got, [0, 1], atol=1e-6):
-        raise Failure(f"residual([.6 .4], [.9 .1]) should be [0 1]: the target wants .4 of "
-                      f"token 1 and the draft gave .1, so all the residual's mass is on token "
-                      f"1. Yours is {show(got) if got.shape == (2,) else plain(got)}." + _residual_hint(got, [.6, .4], [.9, .1]))
+        raise Failure(
+            f"residual([.6 .4], [.9 .1]) should be [0 1]: the target wants .4 of "
+            f"token 1 and the draft gave .1, so all the residual's mass is on token "
+            f"1. Yours is {show(got) if got.shape == (2,) else plain(got)}."
+            + _residual_hint(got, [0.6, 0.4], [0.9, 0.1])
+        )
     yield "the worked example: residual([.6 .4], [.9 .1]) = [0 1]"
 
     rng = np.random.default_rng(0)
@@ -83,16 +103,20 @@ def check_residual(residual):
         got = np.asarray(residual(p, q), float)
         want = np.asarray(reference_residual(jnp.asarray(p), jnp.asarray(q)), float)
         if got.shape != want.shape or not np.allclose(got, want, atol=1e-5):
-            raise Failure(f"for p = {show(p)} and q = {show(q)} the residual is {show(want)}; "
-                          f"yours is {show(got) if got.shape == want.shape else plain(got)}."
-                          + _residual_hint(got, p, q))
+            raise Failure(
+                f"for p = {show(p)} and q = {show(q)} the residual is {show(want)}; "
+                f"yours is {show(got) if got.shape == want.shape else plain(got)}."
+                + _residual_hint(got, p, q)
+            )
     yield "matches nanospec.verify.residual on 200 random pairs of laws over 5 tokens"
 
-    p = np.array([.5, .3, .2])
+    p = np.array([0.5, 0.3, 0.2])
     got = np.asarray(residual(p, p.copy()), float)
     if got.shape != p.shape or not np.allclose(got, p, atol=1e-6):
-        raise Failure(f"when p == q = {show(p)} the residual is empty; return p so the "
-                      f"arithmetic stays finite. Yours returned {plain(got)}.")
+        raise Failure(
+            f"when p == q = {show(p)} the residual is empty; return p so the "
+            f"arithmetic stays finite. Yours returned {plain(got)}."
+        )
     yield "when p == q it returns p (never NaN)"
 
 
@@ -107,6 +131,8 @@ def _residual_hint(got, p, q) -> str:
         return f" It sums to {got.sum():.3f}, not 1: divide by the sum of max(0, p − q)."
     flipped = np.maximum(q - p, 0)
     if flipped.sum() > 0 and np.allclose(got, flipped / flipped.sum(), atol=1e-5):
-        return (" You took max(0, q − p): the residual is where the target wants MORE than the "
-                "draft gave, max(0, p − q).")
+        return (
+            " You took max(0, q − p): the residual is where the target wants MORE than the "
+            "draft gave, max(0, p − q)."
+        )
     return ""

@@ -43,28 +43,49 @@ def _exercise(number, stem, checks, *functions) -> Exercise:
 
 
 # In the order of the lessons they follow; lessons/exercises/README.md has the table.
-EXERCISES = {e.number: e for e in (
-    _exercise(1, "01_greedy_loop", check_greedy_loop,
-              ("greedy_speculative", "target draft prompt gamma max_new")),
-    _exercise(2, "02_accept_and_residual", check_one_token,
-              ("accept_reject", "u p_x q_x"), ("residual", "p q")),
-    _exercise(3, "03_verify_row", check_verify_row, ("verify_row", "rng drafts q p")),
-    _exercise(4, "04_kv_rollback", check_verify_and_rollback,
-              ("verify_and_rollback", "target cache last drafts")),
-    _exercise(5, "05_batched_verify", check_accepted_counts,
-              ("accepted_counts", "u p_x q_x n_draft")),
-    _exercise(6, "06_choosing_gamma", check_best_gamma, ("best_gamma", "alpha c r gammas")),
-    _exercise(7, "07_prompt_lookup", check_lookup,
-              ("lookup", "context gamma max_ngram min_ngram")),
-    _exercise(8, "08_tree_siblings", check_verify_siblings,
-              ("verify_siblings", "rng candidates q p")),
-)}
+EXERCISES = {
+    e.number: e
+    for e in (
+        _exercise(
+            1,
+            "01_greedy_loop",
+            check_greedy_loop,
+            ("greedy_speculative", "target draft prompt gamma max_new"),
+        ),
+        _exercise(
+            2,
+            "02_accept_and_residual",
+            check_one_token,
+            ("accept_reject", "u p_x q_x"),
+            ("residual", "p q"),
+        ),
+        _exercise(3, "03_verify_row", check_verify_row, ("verify_row", "rng drafts q p")),
+        _exercise(
+            4,
+            "04_kv_rollback",
+            check_verify_and_rollback,
+            ("verify_and_rollback", "target cache last drafts"),
+        ),
+        _exercise(
+            5, "05_batched_verify", check_accepted_counts, ("accepted_counts", "u p_x q_x n_draft")
+        ),
+        _exercise(6, "06_choosing_gamma", check_best_gamma, ("best_gamma", "alpha c r gammas")),
+        _exercise(
+            7, "07_prompt_lookup", check_lookup, ("lookup", "context gamma max_ngram min_ngram")
+        ),
+        _exercise(
+            8, "08_tree_siblings", check_verify_siblings, ("verify_siblings", "rng candidates q p")
+        ),
+    )
+}
 
 
 def find(number: int) -> Exercise:
     if number not in EXERCISES:
-        raise UserError(f"There is no exercise {number}; the exercises are "
-                        f"{min(EXERCISES)} to {max(EXERCISES)} (nanospec exercise list).")
+        raise UserError(
+            f"There is no exercise {number}; the exercises are "
+            f"{min(EXERCISES)} to {max(EXERCISES)} (nanospec exercise list)."
+        )
     return EXERCISES[number]
 
 
@@ -83,12 +104,16 @@ def check(number: int, file: str | None = None, console: Console | None = None) 
     except Failure as failure:
         console.print(f"  [red]✗[/] {escape(str(failure))}")
         return False
-    console.print(f"[green]All checks passed.[/] Compare with solutions/{exercise.stem}.py "
-                  f"and read the library's version.")
+    console.print(
+        f"[green]All checks passed.[/] Compare with solutions/{exercise.stem}.py "
+        f"and read the library's version."
+    )
     return True
 
 
 def listing() -> list[tuple[int, str, str]]:
     """(number, functions and their parameters, stub path) for every exercise."""
-    return [(e.number, e.signature, str(e.stub.relative_to(FOLDER.parent.parent)))
-            for e in EXERCISES.values()]
+    return [
+        (e.number, e.signature, str(e.stub.relative_to(FOLDER.parent.parent)))
+        for e in EXERCISES.values()
+    ]

@@ -158,6 +158,7 @@ class MedusaDrafter(LastFeature):
         drafts = jnp.stack([sample_rows(keys[i], q[:, i]) for i in range(gamma)], axis=1)  # (B, γ)
         return drafts, q, feat
 
+
 class MTPDrafter(LastFeature):
     """Sequential modules: depth k conditions on depth k−1's representation and its draft."""
 
@@ -174,8 +175,9 @@ class MTPDrafter(LastFeature):
         h_next, out = heads.layers[k](h, target.wte(token))
         if one is None:
             return h_next, out
-        h_behind, out_behind = ((h, target.ln_f(h)) if k == 0
-                                else heads.layers[k - 1](h, target.wte(token)))
+        h_behind, out_behind = (
+            (h, target.ln_f(h)) if k == 0 else heads.layers[k - 1](h, target.wte(token))
+        )
         pick = lambda a, b: jnp.where(one[..., None], a, b)
         return pick(h_behind, h_next), pick(out_behind, out)
 
@@ -193,6 +195,7 @@ class MTPDrafter(LastFeature):
             drafts.append(token)
             qs.append(q)
         return jnp.stack(drafts, axis=1), jnp.stack(qs, axis=1)
+
 
 class EagleFold(NamedTuple):
     """What EAGLE derives, once at load: from its projection back to the target's width,
@@ -245,10 +248,14 @@ class EagleDrafter(FeatureDrafter):
         Fa, Fb = head.fc.kernel[...][:C], head.fc.kernel[...][C:]
         every = jnp.arange(self.hc.vocab_size)[:, None]  # (V, 1): V one-token prompts
         _, h0, _ = target(every, jnp.zeros_like(every))  # (V, 1, C)
-        fold = EagleFold(M=_exact_matmul(P, w.T), m=_exact_matmul(p, w.T),
-                         A=_exact_matmul(P, Fa), a=_exact_matmul(p, Fa) + head.fc.bias[...],
-                         E=_exact_matmul(target.wte.embedding[...], Fb),
-                         first=target.ln_f(h0[:, 0]))
+        fold = EagleFold(
+            M=_exact_matmul(P, w.T),
+            m=_exact_matmul(p, w.T),
+            A=_exact_matmul(P, Fa),
+            a=_exact_matmul(p, Fa) + head.fc.bias[...],
+            E=_exact_matmul(target.wte.embedding[...], Fb),
+            first=target.ln_f(h0[:, 0]),
+        )
         return head_params, target_params, fold
 
     def law(self, dparams, h, sp):
@@ -267,21 +274,29 @@ class EagleDrafter(FeatureDrafter):
         head, target = self.parts(dparams)
         B, T = tokens_next.shape
         positions = start[:, None] + jnp.arange(T)  # (B, T)
-        h, cache = head.trunk(target.ln_f(hidden), target.wte(tokens_next), positions,
-                              rollback(cache, start))
+        h, cache = head.trunk(
+            target.ln_f(hidden), target.wte(tokens_next), positions, rollback(cache, start)
+        )
         return rollback(cache, length - 1), _at(h, length - 2 - start)
 
     def init(self, dparams, tokens, lengths, hidden, capacity=None):
         head, _ = self.parts(dparams)
         B = tokens.shape[0]
-        following = jnp.concatenate([tokens[:, 1:], tokens[:, -1:]], axis=1)  # token i+1 (pad: junk)
-        return self._read(dparams, head.empty_cache(B, capacity), hidden, following,
-                          jnp.zeros(B, jnp.int32), lengths)
+        following = jnp.concatenate(
+            [tokens[:, 1:], tokens[:, -1:]], axis=1
+        )  # token i+1 (pad: junk)
+        return self._read(
+            dparams,
+            head.empty_cache(B, capacity),
+            hidden,
+            following,
+            jnp.zeros(B, jnp.int32),
+            lengths,
+        )
 
     def commit(self, dparams, state, hidden, emitted, start, length):
         # Block index j holds position start + j; the token after it is emitted[j].
         return self._read(dparams, state[0], hidden, emitted, start, length)
-
 
     def first_feature(self, dparams, seq) -> jax.Array:
         """f₀ (B, C): the target's feature of each row's first token alone (a one-token prompt's)."""
@@ -296,8 +311,9 @@ class EagleDrafter(FeatureDrafter):
         cache, h = state
         chain = lambda one, c: self.chain(dparams, c[2], h, seq, length, key, sp, gamma, one)
         no_drafts = zeros_like_output(lambda: chain(None, (0, 0, cache))[:2])
-        drafts, q, cache = one_token_rows(length, lambda c: chain(None, c), chain,
-                                          (*no_drafts, cache))
+        drafts, q, cache = one_token_rows(
+            length, lambda c: chain(None, c), chain, (*no_drafts, cache)
+        )
         return drafts, q, (cache, h)
 
     def chain(self, dparams, cache, h, seq, length, key, sp, gamma, one):
@@ -328,10 +344,12 @@ class EagleDrafter(FeatureDrafter):
             x_next = sample_rows(k, q)
             return (cache, h[:, 0], x_next), (x_next, q)
 
-        (cache, _, _), (xs, qs) = jax.lax.scan(draft_one, (cache, h, x1),
-                                               (jnp.arange(1, gamma), keys[1:]))
+        (cache, _, _), (xs, qs) = jax.lax.scan(
+            draft_one, (cache, h, x1), (jnp.arange(1, gamma), keys[1:])
+        )
         drafts = jnp.concatenate([x1[:, None], xs.T], axis=1)  # (B, γ)
         q = jnp.concatenate([q1[:, None], jnp.moveaxis(qs, 0, 1)], axis=1)  # (B, γ, V)
         return drafts, q, cache
+
 
 DRAFTERS = {"medusa": MedusaDrafter, "eagle": EagleDrafter, "mtp": MTPDrafter}

@@ -80,24 +80,41 @@ class HeadConfig:
         # (the target's pass in between evicts them): at full width (3.6M parameters, MLPs
         # 2x) a module step cost 0.137 of a target step, at half width (1.5M) 0.105, for
         # 2-5% fewer tokens per round (README, "Every way to draft").
-        return cls(kind, target.d_model, target.vocab_size, target.n_ctx, depth, target.n_head,
-                   mlp_mult=2 if kind == "mtp" else 4,
-                   width=target.d_model // 2 if kind in ("eagle", "mtp") else 0)
+        return cls(
+            kind,
+            target.d_model,
+            target.vocab_size,
+            target.n_ctx,
+            depth,
+            target.n_head,
+            mlp_mult=2 if kind == "mtp" else 4,
+            width=target.d_model // 2 if kind in ("eagle", "mtp") else 0,
+        )
 
     def block_config(self) -> ModelConfig:
         """EAGLE's one layer is a GPT-2 block, `width` wide (64-dimensional attention heads)."""
         width = self.width or self.d_model
         n_head = self.n_head if width == self.d_model else max(1, width // 64)
-        return ModelConfig(name="eagle", vocab_size=self.vocab_size, n_ctx=self.n_ctx, n_layer=1,
-                           n_head=n_head, d_model=width)
+        return ModelConfig(
+            name="eagle",
+            vocab_size=self.vocab_size,
+            n_ctx=self.n_ctx,
+            n_layer=1,
+            n_head=n_head,
+            d_model=width,
+        )
 
 
 class MedusaHeads(nnx.Module):
     def __init__(self, hc: HeadConfig, rngs: nnx.Rngs):
         # Zero init: every head starts as the target's own next-token head, then learns to
         # look further ahead (as Medusa does).
-        self.res = nnx.List([nnx.Linear(hc.d_model, hc.d_model, kernel_init=nnx.initializers.zeros,
-                                        rngs=rngs) for _ in range(hc.depth)])
+        self.res = nnx.List(
+            [
+                nnx.Linear(hc.d_model, hc.d_model, kernel_init=nnx.initializers.zeros, rngs=rngs)
+                for _ in range(hc.depth)
+            ]
+        )
 
     def __call__(self, f):
         """f (..., C) normalised target feature -> (..., K, C), one feature per head."""
@@ -182,8 +199,9 @@ def build(hc: HeadConfig, seed: int = 0) -> nnx.Module:
 
 def save_head(ckpt_dir: str | Path, hc: HeadConfig, params, info: dict | None = None) -> Path:
     """Write `<kind>.safetensors` atomically and record it (and how it was made) in MANIFEST."""
-    return write_weights(ckpt_dir, f"{hc.name}.safetensors", params, {"head": json.dumps(asdict(hc))},
-                         info)
+    return write_weights(
+        ckpt_dir, f"{hc.name}.safetensors", params, {"head": json.dumps(asdict(hc))}, info
+    )
 
 
 def load_head(ckpt_dir: str | Path, kind: str):
@@ -193,7 +211,11 @@ def load_head(ckpt_dir: str | Path, kind: str):
     try:
         hc = HeadConfig(**fields)
     except Exception as e:
-        raise UserError(f"{path} is not a valid nanospec head checkpoint ({type(e).__name__}).") from None
-    graphdef, params = nnx.split(nnx.eval_shape(lambda: build(hc)))  # shapes only: see load_model_file
+        raise UserError(
+            f"{path} is not a valid nanospec head checkpoint ({type(e).__name__})."
+        ) from None
+    graphdef, params = nnx.split(
+        nnx.eval_shape(lambda: build(hc))
+    )  # shapes only: see load_model_file
     load_tensors_into(params, tensors, where=str(path))
     return hc, graphdef, params

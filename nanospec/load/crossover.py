@@ -64,9 +64,17 @@ def closed_loop(engine: Engine, requests: list[Request]) -> dict:
     return {"tokens": tokens, "seconds": time.perf_counter() - t0, "tpot": tpot}
 
 
-def engine_for(bundle, strategy: str, gamma: int, slots: int, disable_at: int,
-               prompts: list[list[int]], temperature: float, method: str = "draft",
-               max_len: int | None = None) -> Engine:
+def engine_for(
+    bundle,
+    strategy: str,
+    gamma: int,
+    slots: int,
+    disable_at: int,
+    prompts: list[list[int]],
+    temperature: float,
+    method: str = "draft",
+    max_len: int | None = None,
+) -> Engine:
     """A warm engine running `strategy` with `slots` slots, drafting by `method` (draft or
     ngram) unless the strategy is ar, with caches for `max_len` tokens a request (default
     the whole context; adaptive: its costs probed)."""
@@ -74,8 +82,10 @@ def engine_for(bundle, strategy: str, gamma: int, slots: int, disable_at: int,
         raise ValueError(f"unknown strategy {strategy!r}")
     _, _, params = bundle.models["target"]
     loop, dparams = make_loop(bundle, "ar" if strategy == "ar" else method, gamma)
-    policy = {"adaptive": Goodput(gammas=gammas_up_to(gamma)),
-              "disable": DisableByBatchSize(gamma, disable_at)}.get(strategy)
+    policy = {
+        "adaptive": Goodput(gammas=gammas_up_to(gamma)),
+        "disable": DisableByBatchSize(gamma, disable_at),
+    }.get(strategy)
     engine = Engine(loop, params, dparams, slots, policy, max_len=max_len)
     engine.warm([len(p) for p in prompts])
     if strategy == "adaptive":
@@ -94,32 +104,53 @@ def measure(engines: dict, requests: list[Request], repeats: int) -> dict:
     row = {}
     for name, rs in runs.items():
         steps = engines[name].steps_at
-        row[name] = {"tokens_per_s": float(np.median([r["tokens"] / r["seconds"] for r in rs])),
-                     "tpot_ms": 1e3 * float(np.median([np.median(r["tpot"]) for r in rs])),
-                     "requests": len(requests),
-                     "gamma_share": {str(g): n / sum(steps.values()) for g, n in steps.items()}
-                     if engines[name].policy else None,
-                     "alpha": engines[name].acceptance.alpha,
-                     "proposing": engines[name].acceptance.proposing}
+        row[name] = {
+            "tokens_per_s": float(np.median([r["tokens"] / r["seconds"] for r in rs])),
+            "tpot_ms": 1e3 * float(np.median([np.median(r["tpot"]) for r in rs])),
+            "requests": len(requests),
+            "gamma_share": {str(g): n / sum(steps.values()) for g, n in steps.items()}
+            if engines[name].policy
+            else None,
+            "alpha": engines[name].acceptance.alpha,
+            "proposing": engines[name].acceptance.proposing,
+        }
     return row
 
 
-def sweep(bundle, strategies: list[str], slots: list[int], gamma: int, tokens: int,
-          per_slot: int, temperature: float, workload: str = "facts", repeats: int = 2,
-          disable_at: int = 16, console: Console | None = None,
-          method: str = "draft", least: int = 16, max_len: int | None = None) -> list[dict]:
+def sweep(
+    bundle,
+    strategies: list[str],
+    slots: list[int],
+    gamma: int,
+    tokens: int,
+    per_slot: int,
+    temperature: float,
+    workload: str = "facts",
+    repeats: int = 2,
+    disable_at: int = 16,
+    console: Console | None = None,
+    method: str = "draft",
+    least: int = 16,
+    max_len: int | None = None,
+) -> list[dict]:
     """One row per concurrency S: every strategy's tokens/s and median TPOT, side by side."""
     prompts = [bundle.tok.encode_prompt(p) for p in workload_prompts(workload, 64)]
     rows = []
     for s in slots:
-        requests = [Request(prompts[i % len(prompts)], tokens, temperature, seed=i)
-                    for i in range(max(per_slot * s, least))]
-        engines = {m: engine_for(bundle, m, gamma, s, disable_at, prompts, temperature, method,
-                                 max_len) for m in strategies}
+        requests = [
+            Request(prompts[i % len(prompts)], tokens, temperature, seed=i)
+            for i in range(max(per_slot * s, least))
+        ]
+        engines = {
+            m: engine_for(bundle, m, gamma, s, disable_at, prompts, temperature, method, max_len)
+            for m in strategies
+        }
         rows.append({"slots": s, **measure(engines, requests, repeats)})
         if console is not None:
-            console.print(f"S = {s}: " + ", ".join(
-                f"{m} {rows[-1][m]['tokens_per_s']:.0f} tokens/s" for m in strategies))
+            console.print(
+                f"S = {s}: "
+                + ", ".join(f"{m} {rows[-1][m]['tokens_per_s']:.0f} tokens/s" for m in strategies)
+            )
     return rows
 
 
@@ -135,15 +166,24 @@ def print_rows(rows: list[dict], strategies: list[str], title: str) -> None:
     """Tokens/s (each over the first strategy's), then the γ each policy chose: two tables,
     so that each fits an 80-column terminal."""
     base = strategies[0]
-    ratio = lambda r, m: "" if m == base else \
-        f" ({r[m]['tokens_per_s'] / r[base]['tokens_per_s']:.2f}×)"
-    table(f"{title}: output tokens/s (÷ {base})", ["slots"] + strategies,
-          [[r["slots"]] + [f"{r[m]['tokens_per_s']:.0f}{ratio(r, m)}" for m in strategies]
-           for r in rows])
+    ratio = lambda r, m: (
+        "" if m == base else f" ({r[m]['tokens_per_s'] / r[base]['tokens_per_s']:.2f}×)"
+    )
+    table(
+        f"{title}: output tokens/s (÷ {base})",
+        ["slots"] + strategies,
+        [
+            [r["slots"]] + [f"{r[m]['tokens_per_s']:.0f}{ratio(r, m)}" for m in strategies]
+            for r in rows
+        ],
+    )
     mixed = [m for m in strategies if rows[0][m]["gamma_share"] is not None]
     if mixed:
-        table("the steps each policy took at each γ", ["slots"] + mixed,
-              [[r["slots"]] + [gamma_mix(r[m]["gamma_share"]) for m in mixed] for r in rows])
+        table(
+            "the steps each policy took at each γ",
+            ["slots"] + mixed,
+            [[r["slots"]] + [gamma_mix(r[m]["gamma_share"]) for m in mixed] for r in rows],
+        )
 
 
 def main(argv=None) -> dict:
@@ -152,32 +192,70 @@ def main(argv=None) -> dict:
     ap.add_argument("--slots", default="1,2,4,8,16,32,64")
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--gamma", type=int, default=4)
-    ap.add_argument("--disable-at", type=int, default=16,
-                    help="the disable strategy decodes plainly from this many running requests")
+    ap.add_argument(
+        "--disable-at",
+        type=int,
+        default=16,
+        help="the disable strategy decodes plainly from this many running requests",
+    )
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--requests", type=int, default=2, help="requests per slot")
     ap.add_argument("--least", type=int, default=16, help="requests at any slot count")
-    ap.add_argument("--max-len", type=int, default=None,
-                    help="tokens a request may hold: each slot's cache (default the context)")
+    ap.add_argument(
+        "--max-len",
+        type=int,
+        default=None,
+        help="tokens a request may hold: each slot's cache (default the context)",
+    )
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--workload", default="facts")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--method", default="draft", choices=("draft", "ngram"),
-                    help="the drafter of draft, adaptive and disable")
+    ap.add_argument(
+        "--method",
+        default="draft",
+        choices=("draft", "ngram"),
+        help="the drafter of draft, adaptive and disable",
+    )
     args = ap.parse_args(argv)
     compile_cache.enable()  # as the CLI does: a second run loads its programs
     console = Console()
     strategies = args.strategies.split(",")
     bundle = Bundle.load(SHIPPED, ("target", "draft"))
-    rows = sweep(bundle, strategies, [int(s) for s in args.slots.split(",")], args.gamma,
-                 args.tokens, args.requests, args.temperature, args.workload, args.repeats,
-                 args.disable_at, console, args.method, args.least, args.max_len)
-    print_rows(rows, strategies, f"closed loop ({args.method} drafts, γ = {args.gamma}, "
-               f"T = {args.temperature:g}, {args.workload}, {args.tokens} tokens a request)")
-    report = {"gamma": args.gamma, "tokens": args.tokens, "temperature": args.temperature,
-              "requests_per_slot": args.requests, "workload": args.workload,
-              "method": args.method, "least": args.least, "max_len": args.max_len,
-              "disable_at": args.disable_at, "repeats": args.repeats, "rows": rows}
+    rows = sweep(
+        bundle,
+        strategies,
+        [int(s) for s in args.slots.split(",")],
+        args.gamma,
+        args.tokens,
+        args.requests,
+        args.temperature,
+        args.workload,
+        args.repeats,
+        args.disable_at,
+        console,
+        args.method,
+        args.least,
+        args.max_len,
+    )
+    print_rows(
+        rows,
+        strategies,
+        f"closed loop ({args.method} drafts, γ = {args.gamma}, "
+        f"T = {args.temperature:g}, {args.workload}, {args.tokens} tokens a request)",
+    )
+    report = {
+        "gamma": args.gamma,
+        "tokens": args.tokens,
+        "temperature": args.temperature,
+        "requests_per_slot": args.requests,
+        "workload": args.workload,
+        "method": args.method,
+        "least": args.least,
+        "max_len": args.max_len,
+        "disable_at": args.disable_at,
+        "repeats": args.repeats,
+        "rows": rows,
+    }
     atomic_write(args.json, json.dumps(report, indent=1))
     console.print(f"written: {args.json}")
     return report

@@ -48,12 +48,31 @@ class Launched:
         self.url: str | None = None
         self.log: deque[str] = deque(maxlen=40)  # the last lines of its stderr
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nanospec", "--checkpoints", str(checkpoints), "serve",
-             "--host", "127.0.0.1", "--port", "0", "--slots", str(slots),
-             "--max-queue", str(max_queue), *flags],
-            cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, encoding="utf-8", errors="replace",
-            env={**os.environ, "PYTHONIOENCODING": "utf-8"})  # Windows pipes default to cp1252
+            [
+                sys.executable,
+                "-m",
+                "nanospec",
+                "--checkpoints",
+                str(checkpoints),
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--slots",
+                str(slots),
+                "--max-queue",
+                str(max_queue),
+                *flags,
+            ],
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            encoding="utf-8",
+            errors="replace",
+            env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+        )  # Windows pipes default to cp1252
         self.reader = threading.Thread(target=self.read_log, daemon=True)
         self.reader.start()
 
@@ -76,14 +95,17 @@ class Launched:
             if self.proc.poll() is not None:
                 self.reader.join(timeout=5)
                 last = next((l for l in reversed(self.log) if l.strip()), "no output")
-                raise UserError(f"`nanospec serve {' '.join(self.flags)}` exited with status "
-                                f"{self.proc.returncode}: {last}")
+                raise UserError(
+                    f"`nanospec serve {' '.join(self.flags)}` exited with status "
+                    f"{self.proc.returncode}: {last}"
+                )
             if self.url is not None and healthy(self.url):
                 return self.url
             time.sleep(0.1)
         self.stop()
-        raise UserError(f"`nanospec serve {' '.join(self.flags)}` was not ready after "
-                        f"{limit:.0f} s.")
+        raise UserError(
+            f"`nanospec serve {' '.join(self.flags)}` was not ready after {limit:.0f} s."
+        )
 
     def stop(self, limit: float = 120.0) -> int:
         """SIGTERM (drain, then exit), then wait; killed if it has not exited within `limit`.
@@ -135,11 +157,13 @@ class Servers:
             server.stop()
             server = None
         if server is None:
-            task = self.progress.add_task(f"starting {strategy} ({slots} slots)", total=None,
-                                          rate="")
+            task = self.progress.add_task(
+                f"starting {strategy} ({slots} slots)", total=None, rate=""
+            )
             # Kept before it is ready, so that close() stops it even if the wait fails.
-            self.running[strategy] = server = Launched(self.plan.checkpoints,
-                                                       self.plan.serve_flags(strategy), slots)
+            self.running[strategy] = server = Launched(
+                self.plan.checkpoints, self.plan.serve_flags(strategy), slots
+            )
             server.wait_ready()
             self.progress.remove_task(task)
         return server.url

@@ -61,10 +61,16 @@ class Ask:
         >>> Ask("m", 4, ignore_eos=True).body("Hi", 7)["ignore_eos"]
         True
         """
-        return {"model": self.model, "prompt": prompt, "max_tokens": self.max_tokens,
-                "temperature": self.temperature, "seed": seed, "stream": True,
-                "stream_options": {"include_usage": True},
-                **({"ignore_eos": True} if self.ignore_eos else {})}
+        return {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "seed": seed,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **({"ignore_eos": True} if self.ignore_eos else {}),
+        }
 
 
 @dataclass
@@ -90,8 +96,9 @@ class Result:
 
     @property
     def tpot(self) -> float | None:
-        return (self.e2e - self.ttft) / (self.tokens - 1) if self.chunks and self.tokens > 1 \
-            else None
+        return (
+            (self.e2e - self.ttft) / (self.tokens - 1) if self.chunks and self.tokens > 1 else None
+        )
 
 
 async def complete(client: httpx.AsyncClient, url: str, body: dict) -> Result:
@@ -108,7 +115,7 @@ async def complete(client: httpx.AsyncClient, url: str, body: dict) -> Result:
                     break
                 if not line.startswith("data: "):
                     continue
-                event = json.loads(line[len("data: "):])
+                event = json.loads(line[len("data: ") :])
                 if "error" in event:  # the server failed mid-stream and said so
                     return Result(False, chunks, error=event["error"].get("message", ""))
                 if event.get("choices") and event["choices"][0].get("text"):
@@ -130,13 +137,15 @@ def error_message(text: str) -> str:
         return text[:200]
 
 
-async def closed_loop(url: str, prompts: list[str], ask: Ask, concurrency: int, n: int,
-                      on_done=None) -> tuple[list[Result], float]:
+async def closed_loop(
+    url: str, prompts: list[str], ask: Ask, concurrency: int, n: int, on_done=None
+) -> tuple[list[Result], float]:
     """`concurrency` clients send `n` requests in all, each its next as soon as its last ended
     (request i takes prompts[i mod len], seed i): (results, seconds from first send to last)."""
     results, indices = [], iter(range(n))  # one iterator: each index is taken by one client
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=TIMEOUT, limits=limits) as client:
+
         async def one_client():
             for i in indices:
                 results.append(await complete(client, url, ask.body(prompts[i % len(prompts)], i)))
@@ -155,13 +164,16 @@ def arrivals(rate: float, n: int, seed: int = 0) -> np.ndarray:
     return np.concatenate([[0.0], np.cumsum(gaps[1:])])
 
 
-async def open_loop(url: str, prompts: list[str], ask: Ask, rate: float, n: int, seed: int = 0,
-                    on_done=None) -> tuple[list[Result], float]:
+async def open_loop(
+    url: str, prompts: list[str], ask: Ask, rate: float, n: int, seed: int = 0, on_done=None
+) -> tuple[list[Result], float]:
     """`n` requests sent at Poisson arrival times, `rate` a second, however many are already
     in flight: (results, seconds from the first send to the last answer)."""
     results = []
-    async with httpx.AsyncClient(timeout=TIMEOUT, limits=httpx.Limits(max_connections=None)) \
-            as client:
+    async with httpx.AsyncClient(
+        timeout=TIMEOUT, limits=httpx.Limits(max_connections=None)
+    ) as client:
+
         async def one(i):
             results.append(await complete(client, url, ask.body(prompts[i % len(prompts)], i)))
             if on_done is not None:
@@ -194,16 +206,21 @@ def summarize(results: list[Result], seconds: float) -> dict:
     ok = [r for r in results if r.ok]
     tokens = sum(r.tokens for r in ok)
     chunks = sum(len(r.chunks) for r in ok)
-    return {"requests": len(results), "completed": len(ok), "failed": len(results) - len(ok),
-            "errors": sorted({r.error for r in results if not r.ok})[:3],
-            "seconds": seconds, "output_tokens": tokens,
-            "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
-            "requests_per_s": len(ok) / seconds if seconds > 0 else 0.0,
-            "tokens_per_chunk": tokens / chunks if chunks else None,
-            "ttft_ms": percentiles(r.ttft for r in ok),
-            "itl_ms": percentiles(gap for r in ok for gap in r.itl),
-            "tpot_ms": percentiles(r.tpot for r in ok),
-            "e2e_ms": percentiles(r.e2e for r in ok)}
+    return {
+        "requests": len(results),
+        "completed": len(ok),
+        "failed": len(results) - len(ok),
+        "errors": sorted({r.error for r in results if not r.ok})[:3],
+        "seconds": seconds,
+        "output_tokens": tokens,
+        "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+        "requests_per_s": len(ok) / seconds if seconds > 0 else 0.0,
+        "tokens_per_chunk": tokens / chunks if chunks else None,
+        "ttft_ms": percentiles(r.ttft for r in ok),
+        "itl_ms": percentiles(gap for r in ok for gap in r.itl),
+        "tpot_ms": percentiles(r.tpot for r in ok),
+        "e2e_ms": percentiles(r.e2e for r in ok),
+    }
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -224,14 +241,20 @@ def server_figures(before: dict, after: dict) -> dict:
     vLLM's; it counts drafts discarded after a rejection too, so it understates α at large γ
     (docs/design.md §6), and /metrics has no rejection count to do better."""
     delta = lambda name: after.get(name, 0.0) - before.get(name, 0.0)
-    drafts, drafted = delta("vllm:spec_decode_num_drafts_total"), \
-        delta("vllm:spec_decode_num_draft_tokens_total")
+    drafts, drafted = (
+        delta("vllm:spec_decode_num_drafts_total"),
+        delta("vllm:spec_decode_num_draft_tokens_total"),
+    )
     accepted = delta("vllm:spec_decode_num_accepted_tokens_total")
     gauge = lambda name: int(after[name]) if name in after else None
-    return {"generation_tokens": int(delta("vllm:generation_tokens_total")),
-            "drafts": int(drafts), "draft_tokens": int(drafted), "accepted_tokens": int(accepted),
-            "acceptance_rate": accepted / drafted if drafted else None,
-            "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
-            "rss_bytes": gauge("process_resident_memory_bytes"),
-            "kv_cache_bytes": gauge("nanospec:kv_cache_bytes"),
-            "draft_state_bytes": gauge("nanospec:draft_state_bytes")}
+    return {
+        "generation_tokens": int(delta("vllm:generation_tokens_total")),
+        "drafts": int(drafts),
+        "draft_tokens": int(drafted),
+        "accepted_tokens": int(accepted),
+        "acceptance_rate": accepted / drafted if drafted else None,
+        "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+        "rss_bytes": gauge("process_resident_memory_bytes"),
+        "kv_cache_bytes": gauge("nanospec:kv_cache_bytes"),
+        "draft_state_bytes": gauge("nanospec:draft_state_bytes"),
+    }

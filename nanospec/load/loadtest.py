@@ -85,12 +85,17 @@ class Plan:
 
 def serve_flags(strategy: str, gamma: int, disable_at: int, method: str = "draft") -> list[str]:
     """The `nanospec serve` flags that run `strategy`, drafting by `method`."""
-    config = {"method": METHODS[method], "num_speculative_tokens": gamma,
-              "disable_by_batch_size": disable_at}
-    return {"ar": ["--method", "ar"],
-            "draft": ["--method", method, "--gamma", str(gamma)],
-            "adaptive": ["--method", method, "--gamma", str(gamma), "--adaptive"],
-            "vllm-disable": ["--speculative-config", json.dumps(config)]}[strategy]
+    config = {
+        "method": METHODS[method],
+        "num_speculative_tokens": gamma,
+        "disable_by_batch_size": disable_at,
+    }
+    return {
+        "ar": ["--method", "ar"],
+        "draft": ["--method", method, "--gamma", str(gamma)],
+        "adaptive": ["--method", method, "--gamma", str(gamma), "--adaptive"],
+        "vllm-disable": ["--speculative-config", json.dumps(config)],
+    }[strategy]
 
 
 def prompts_for(workload: str, n: int = PROMPTS) -> list[str]:
@@ -101,8 +106,9 @@ def prompts_for(workload: str, n: int = PROMPTS) -> list[str]:
     return [kinds[i % len(kinds)][i // len(kinds)] for i in range(n)]
 
 
-def run_level(url: str, prompts: list[str], plan: Plan, level: dict, progress: Progress,
-              label: str) -> dict:
+def run_level(
+    url: str, prompts: list[str], plan: Plan, level: dict, progress: Progress, label: str
+) -> dict:
     """One strategy at one level — {"concurrency": C} or {"rate": λ} — with a live progress
     line (requests done, running tokens/s): its summary, and the server's figures."""
     ask = Ask(served_model(url), plan.max_tokens, plan.temperature, plan.ignore_eos)
@@ -124,17 +130,20 @@ def run_level(url: str, prompts: list[str], plan: Plan, level: dict, progress: P
     wait_idle(url)
     progress.remove_task(task)
     summary = summarize(results, seconds) | {"server": server_figures(before, scrape(url))}
-    progress.console.print(f"{label:>12} {what}: {summary['tokens_per_s']:.0f} tok/s, "
-                           f"TPOT p50 {report.ms(summary['tpot_ms'], 'p50')} ms, "
-                           f"{summary['completed']}/{summary['requests']} done")
+    progress.console.print(
+        f"{label:>12} {what}: {summary['tokens_per_s']:.0f} tok/s, "
+        f"TPOT p50 {report.ms(summary['tpot_ms'], 'p50')} ms, "
+        f"{summary['completed']}/{summary['requests']} done"
+    )
     return summary
 
 
 def sweep_workload(plan: Plan, servers: Servers, workload: str, progress: Progress) -> dict:
     """Every level of one workload: at each, every strategy in turn (side by side in time)."""
     prompts, overall = prompts_for(workload), progress.tasks[0].id
-    levels = [{"concurrency": c, "slots": plan.slots or c} for c in plan.concurrency] + \
-        [{"rate": r, "slots": plan.slots or max(plan.concurrency)} for r in plan.rates]
+    levels = [{"concurrency": c, "slots": plan.slots or c} for c in plan.concurrency] + [
+        {"rate": r, "slots": plan.slots or max(plan.concurrency)} for r in plan.rates
+    ]
     rows = []
     for level in levels:
         row = dict(level)
@@ -144,14 +153,22 @@ def sweep_workload(plan: Plan, servers: Servers, workload: str, progress: Progre
             progress.advance(overall)
         rows.append(row)
     closed = [r for r in rows if "concurrency" in r]
-    return {"levels": closed, "rates": [r for r in rows if "rate" in r],
-            **report.verdicts(closed, list(plan.strategies))}
+    return {
+        "levels": closed,
+        "rates": [r for r in rows if "rate" in r],
+        **report.verdicts(closed, list(plan.strategies)),
+    }
 
 
 def sweep(plan: Plan, console: Console) -> dict:
     """The whole load test: every workload's rows and verdicts (servers stopped at the end)."""
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[rate]}"), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+    )
     out = {}
     with Progress(*columns, console=console, transient=True) as progress:
         n = len(plan.workloads) * len(plan.strategies) * (len(plan.concurrency) + len(plan.rates))
@@ -167,8 +184,10 @@ def sweep(plan: Plan, console: Console) -> dict:
 
 def print_report(plan: Plan, results: dict) -> None:
     for w, found in results.items():
-        title = (f"{w}, {plan.method} drafts, γ = {plan.gamma}, T = {plan.temperature:g}, "
-                 f"{plan.max_tokens} tokens a request, {plan.requests} requests a level")
+        title = (
+            f"{w}, {plan.method} drafts, γ = {plan.gamma}, T = {plan.temperature:g}, "
+            f"{plan.max_tokens} tokens a request, {plan.requests} requests a level"
+        )
         report.print_levels(title, found["levels"], list(plan.strategies))
         if found["rates"]:
             report.print_rates(title, found["rates"], list(plan.strategies))

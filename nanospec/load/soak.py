@@ -31,19 +31,34 @@ import httpx
 from nanospec.fileio import atomic_write
 from nanospec.load.loadgen import scrape
 
-PROMPTS = ["The capital of France is", "def capital_of(country):", "Q: What is the capital of Peru?",
-           "The euro is the currency used in", "Once upon a time"]
-BAD = [{"model": "nanospec", "prompt": "x", "temperature": 9}, {"model": "nanospec"},
-       {"model": "nanospec", "prompt": "x", "max_tokens": "16"}, {"prompt": 7},
-       {"model": "nanospec", "prompt": "x", "top_k": 2**31}, {"model": "other", "prompt": "x"}]
+PROMPTS = [
+    "The capital of France is",
+    "def capital_of(country):",
+    "Q: What is the capital of Peru?",
+    "The euro is the currency used in",
+    "Once upon a time",
+]
+BAD = [
+    {"model": "nanospec", "prompt": "x", "temperature": 9},
+    {"model": "nanospec"},
+    {"model": "nanospec", "prompt": "x", "max_tokens": "16"},
+    {"prompt": 7},
+    {"model": "nanospec", "prompt": "x", "top_k": 2**31},
+    {"model": "other", "prompt": "x"},
+]
 KINDS = ("stream", "whole", "leave", "bad")
 
 
 async def one(client: httpx.AsyncClient, kind: str, rng: random.Random, most: int) -> str:
     """Send one request of `kind` (at most `most` new tokens); its outcome: "ok", "left",
     "refused", "lost" or "error"."""
-    body = {"model": "nanospec", "prompt": rng.choice(PROMPTS), "max_tokens": rng.randint(4, most),
-            "temperature": rng.choice([0, 0.7, 1.0]), "seed": rng.randrange(2**31)}
+    body = {
+        "model": "nanospec",
+        "prompt": rng.choice(PROMPTS),
+        "max_tokens": rng.randint(4, most),
+        "temperature": rng.choice([0, 0.7, 1.0]),
+        "seed": rng.randrange(2**31),
+    }
     try:
         if kind == "bad":
             r = await client.post("/v1/completions", json=rng.choice(BAD))
@@ -86,13 +101,15 @@ async def soak(url: str, seconds: float, concurrency: int, seed: int = 0) -> dic
                 kind = rng.choices(KINDS, weights=(4, 4, 1, 1))[0]
                 outcome = await one(client, kind, rng, most)
                 counts[kind][outcome] = counts[kind].get(outcome, 0) + 1
+
         await asyncio.gather(*(client_loop(c) for c in range(concurrency)))
     return counts
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m nanospec.load.soak", description=__doc__.split(
-        "\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m nanospec.load.soak", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
     p.add_argument("--seconds", type=float, default=300)
     p.add_argument("--concurrency", type=int, default=32)
@@ -101,23 +118,42 @@ def main(argv: list[str] | None = None) -> int:
     try:
         before = scrape(args.url)
     except httpx.HTTPError:
-        print(f"No nanospec server answers at {args.url}; start one with `nanospec serve`.",
-              file=sys.stderr)
+        print(
+            f"No nanospec server answers at {args.url}; start one with `nanospec serve`.",
+            file=sys.stderr,
+        )
         return 2
     counts = asyncio.run(soak(args.url, args.seconds, args.concurrency))
     time.sleep(2)  # the last cancellations reach the engine thread
     after = scrape(args.url)
     total = lambda outcome: sum(c.get(outcome, 0) for c in counts.values())
-    report = {"seconds": args.seconds, "concurrency": args.concurrency, "by_kind": counts,
-              "requests": sum(sum(c.values()) for c in counts.values()),
-              "completed": total("ok"), "left": total("left"), "refused": total("refused"),
-              "lost": total("lost"), "errors": total("error"),
-              "rss_mb_before": round(before["process_resident_memory_bytes"] / 2**20, 1),
-              "rss_mb_after": round(after["process_resident_memory_bytes"] / 2**20, 1),
-              "running_after": after["vllm:num_requests_running"],
-              "waiting_after": after["vllm:num_requests_waiting"]}
-    for key in ("requests", "completed", "left", "refused", "lost", "errors", "rss_mb_before",
-                "rss_mb_after", "running_after", "waiting_after"):
+    report = {
+        "seconds": args.seconds,
+        "concurrency": args.concurrency,
+        "by_kind": counts,
+        "requests": sum(sum(c.values()) for c in counts.values()),
+        "completed": total("ok"),
+        "left": total("left"),
+        "refused": total("refused"),
+        "lost": total("lost"),
+        "errors": total("error"),
+        "rss_mb_before": round(before["process_resident_memory_bytes"] / 2**20, 1),
+        "rss_mb_after": round(after["process_resident_memory_bytes"] / 2**20, 1),
+        "running_after": after["vllm:num_requests_running"],
+        "waiting_after": after["vllm:num_requests_waiting"],
+    }
+    for key in (
+        "requests",
+        "completed",
+        "left",
+        "refused",
+        "lost",
+        "errors",
+        "rss_mb_before",
+        "rss_mb_after",
+        "running_after",
+        "waiting_after",
+    ):
         print(f"{key:>15}  {report[key]}")
     if args.json:
         atomic_write(args.json, json.dumps(report, indent=1) + "\n")

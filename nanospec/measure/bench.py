@@ -90,7 +90,7 @@ def iid_acceptance(hist: list[int], rejections: int | None = None) -> float:
 
 def expected_tokens(alpha: float, gamma: int) -> float:
     """E[tokens per round] = 1 + α + α² + … + α^γ."""
-    return float(sum(alpha ** i for i in range(gamma + 1)))
+    return float(sum(alpha**i for i in range(gamma + 1)))
 
 
 def plan_runs(bundle, methods, gammas, trees: dict | None = None) -> tuple[list, list, list]:
@@ -104,11 +104,18 @@ def plan_runs(bundle, methods, gammas, trees: dict | None = None) -> tuple[list,
         most, _ = drafter_limits(drafter)
         fit = [gm for gm in gammas if most is None or gm <= most]
         if not fit:
-            raise UserError(f"{m} has {most} heads, so it drafts at most γ = {most} tokens per "
-                            f"round; --gamma {','.join(map(str, gammas))} leaves it nothing to run.")
+            raise UserError(
+                f"{m} has {most} heads, so it drafts at most γ = {most} tokens per "
+                f"round; --gamma {','.join(map(str, gammas))} leaves it nothing to run."
+            )
         if len(fit) < len(gammas):
-            skipped.append({"method": m, "gammas": [gm for gm in gammas if gm not in fit],
-                            "reason": f"{m} has {most} heads, so γ can be at most {most}"})
+            skipped.append(
+                {
+                    "method": m,
+                    "gammas": [gm for gm in gammas if gm not in fit],
+                    "reason": f"{m} has {most} heads, so γ can be at most {most}",
+                }
+            )
         runs += [(m, gm) for gm in fit]
     tree_runs = []
     for label, tree in (trees or {}).items():
@@ -117,11 +124,17 @@ def plan_runs(bundle, methods, gammas, trees: dict | None = None) -> tuple[list,
             if METHODS[m].refuses_tree:
                 skipped.append({"method": m, "tree": label, "reason": METHODS[m].refuses_tree})
             elif not grows_trees:
-                skipped.append({"method": m, "tree": label,
-                                "reason": f"{m} proposes a single continuation"})
+                skipped.append(
+                    {"method": m, "tree": label, "reason": f"{m} proposes a single continuation"}
+                )
             elif most is not None and tree.max_depth > most:
-                skipped.append({"method": m, "tree": label, "reason": f"{m} has {most} heads, "
-                                f"so a tree can be at most {most} deep"})
+                skipped.append(
+                    {
+                        "method": m,
+                        "tree": label,
+                        "reason": f"{m} has {most} heads, so a tree can be at most {most} deep",
+                    }
+                )
             else:
                 tree_runs.append((m, label))
     return runs, tree_runs, skipped
@@ -148,10 +161,21 @@ def latency_flags(measured: float, tpot_speedup: float | None, decode_share: flo
     return flags
 
 
-def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperature: float = 0.0,
-              workload: str = "facts", tokens: int = 64, repeats: int = 3, n_prompts: int = 8,
-              seed: int = 0, json_path: str | None = None, console: Console | None = None,
-              trees: dict | None = None, wide: bool | None = None) -> dict:
+def run_bench(
+    bundle,
+    methods=("ar", "draft"),
+    gammas=(1, 2, 4, 6, 8),
+    temperature: float = 0.0,
+    workload: str = "facts",
+    tokens: int = 64,
+    repeats: int = 3,
+    n_prompts: int = 8,
+    seed: int = 0,
+    json_path: str | None = None,
+    console: Console | None = None,
+    trees: dict | None = None,
+    wide: bool | None = None,
+) -> dict:
     """`trees` ({label: Tree}) adds a token-tree run (top-k siblings) for every method that
     grows trees; those rows report acceptance and measured speedup (no cost model). `wide`:
     print the single wide table (None: whenever it fits the console; see measure/tables.py)."""
@@ -162,19 +186,36 @@ def run_bench(bundle, methods=("ar", "draft"), gammas=(1, 2, 4, 6, 8), temperatu
     check_runnable(bundle, prompts, tokens, runs, [(m, trees[label]) for m, label in tree_runs])
     with console.status("compiling…"):
         programs = {("ar", 0): program_for(bundle, "ar", sp, tokens, prompt=prompts[0])}
-        programs.update({(m, gm): program_for(bundle, m, sp, tokens, gamma=gm, prompt=prompts[0])
-                         for m, gm in runs})
-        programs.update({(m, label): program_for(bundle, m, sp, tokens, tree=trees[label],
-                                                 prompt=prompts[0]) for m, label in tree_runs})
+        programs.update(
+            {
+                (m, gm): program_for(bundle, m, sp, tokens, gamma=gm, prompt=prompts[0])
+                for m, gm in runs
+            }
+        )
+        programs.update(
+            {
+                (m, label): program_for(bundle, m, sp, tokens, tree=trees[label], prompt=prompts[0])
+                for m, label in tree_runs
+            }
+        )
     hists, counts = warm_up(programs, prompts, seed, console)
     probes, pairs = probe_pool(bundle, programs, prompts, runs, sp, tokens, workload, seed)
     samples, drafting = time_pool(probes, pairs, repeats, console)
     costs = Costs.from_samples(samples, drafting, list(full_models(bundle)), tokens, len(prompts))
     rows = [gamma_row(bundle, costs, run, hists[run], counts[run]) for run in runs]
-    rows += [tree_row(bundle, costs, (m, label), trees[label], hists[(m, label)])
-             for m, label in tree_runs]
-    report = assemble_report(costs, rows, skipped, workload=workload, tokens=tokens,
-                             temperature=temperature, repeats=repeats)
+    rows += [
+        tree_row(bundle, costs, (m, label), trees[label], hists[(m, label)])
+        for m, label in tree_runs
+    ]
+    report = assemble_report(
+        costs,
+        rows,
+        skipped,
+        workload=workload,
+        tokens=tokens,
+        temperature=temperature,
+        repeats=repeats,
+    )
     print_bench(console, report, wide)
     if json_path:
         atomic_write(json_path, json.dumps(report, indent=2))
@@ -189,14 +230,16 @@ def bench_prompts(bundle, workload: str, n_prompts: int) -> list[tuple]:
     """The workload's prompts as (tokens, lengths) batches of one, all padded to one bucket."""
     # Every prompt is padded to the workload's one bucket, so each method compiles once (with a
     # bucket per prompt length, XLA's per-program memory maps overran Linux's limit: jax#27201).
-    tokens_all, lengths_all = pad_prompts([bundle.tok.encode_prompt(t)
-                                           for t in workload_prompts(workload, n_prompts)],
-                                          bundle.models["target"][0].n_ctx)
-    return [(tokens_all[i:i + 1], lengths_all[i:i + 1]) for i in range(len(lengths_all))]
+    tokens_all, lengths_all = pad_prompts(
+        [bundle.tok.encode_prompt(t) for t in workload_prompts(workload, n_prompts)],
+        bundle.models["target"][0].n_ctx,
+    )
+    return [(tokens_all[i : i + 1], lengths_all[i : i + 1]) for i in range(len(lengths_all))]
 
 
 # The decoding loops' API, as bench uses it: every call into the loops and every question put
 # to a drafter is in the three functions below.
+
 
 def drafter_limits(drafter) -> tuple[int | None, bool]:
     """(the most tokens it drafts per round, None for no limit; whether it grows token trees)."""
@@ -207,6 +250,7 @@ def check_runnable(bundle, prompts: list, tokens: int, runs: list, tree_runs: li
     """Refuse (UserError), before anything compiles, a run some prompt leaves no room for:
     `runs` are (method, γ), `tree_runs` (method, Tree)."""
     from nanospec.decode import make_loop
+
     loops = [make_loop(bundle, m, gamma=gm)[0] for m, gm in runs]
     loops += [make_loop(bundle, m, tree=tree)[0] for m, tree in tree_runs]
     for loop in loops:
@@ -214,26 +258,32 @@ def check_runnable(bundle, prompts: list, tokens: int, runs: list, tree_runs: li
             loop.check(lengths, tokens)
 
 
-def program_for(bundle, method: str, sp, tokens: int, gamma: int | None = None, tree=None,
-                prompt=None):
+def program_for(
+    bundle, method: str, sp, tokens: int, gamma: int | None = None, tree=None, prompt=None
+):
     """One run's compiled loop as fn(tokens, lengths, key, n=tokens) -> (state, stats): the
     autoregressive one for "ar", else speculative with `gamma` drafts or with `tree`, compiled
     for `prompt`'s shapes (tokens, lengths). EOS is off (-1); n is traced, so 1 (the first
     token, prefill included) and `tokens` share one program."""
     from nanospec.decode import make_loop
+
     loop, dparams = make_loop(bundle, method, gamma=gamma or 1, tree=tree)
     loop = replace(loop, eos_id=-1)
     params = bundle.models["target"][2]
     program, _ = loop.program(params, dparams, *prompt, jax.random.key(0), sp)
-    return lambda tk, ln, key, n=tokens: program(params=params, dparams=dparams, tokens=tk,
-                                                 lengths=ln, key=key, sp=sp, max_new=jnp.int32(n))
+    return lambda tk, ln, key, n=tokens: program(
+        params=params, dparams=dparams, tokens=tk, lengths=ln, key=key, sp=sp, max_new=jnp.int32(n)
+    )
 
 
 def timed(costs: Costs, k) -> dict:
     """Run k's median seconds and latency beside the autoregressive runs, and why not to trust them."""
     lat = costs.latency(k)
-    return {"seconds": costs.med[k], **lat,
-            "flags": latency_flags(lat["measured_speedup"], lat["tpot_speedup"], lat["decode_share"])}
+    return {
+        "seconds": costs.med[k],
+        **lat,
+        "flags": latency_flags(lat["measured_speedup"], lat["tpot_speedup"], lat["decode_share"]),
+    }
 
 
 def gamma_row(bundle, costs: Costs, run: tuple, hist: list, count: tuple) -> dict:
@@ -251,48 +301,89 @@ def gamma_row(bundle, costs: Costs, run: tuple, hist: list, count: tuple) -> dic
     empty = 1.0 - count[0] / gm / max(mt["rounds"], 1)  # fraction of rounds
     e = (1 - empty) * expected_tokens(alpha, gm) + empty
     round_cost = (1 - empty) * (gm * c + r) + empty  # in target steps
-    predicted_time = (costs.prefill_s + costs.draft_prefill.get(m, 0.0)
-                      + costs.n_total / e * round_cost * costs.t_ar)
+    predicted_time = (
+        costs.prefill_s
+        + costs.draft_prefill.get(m, 0.0)
+        + costs.n_total / e * round_cost * costs.t_ar
+    )
     pred = costs.ar_time / predicted_time
     row = timed(costs, run)
-    return {"method": m, "gamma": gm, "alpha": alpha,
-            "acceptance_rate": mt["acceptance_rate"],
-            "mean_acceptance_length": mt["mean_acceptance_length"], "c": c,
-            # None when drafting costs less than the timing noise (prompt lookup)
-            "tau_per_draft_cost": mt["mean_acceptance_length"] / (gm * c) if c > 0 else None,
-            "verify_over_ar": r, "expected_tokens_per_round": e,
-            "rounds_without_drafts": empty, "predicted_decode_speedup": e / round_cost,
-            "predicted_speedup": pred, **row, "efficiency": row["measured_speedup"] / pred,
-            **extra_cost(bundle, m, gm)}
+    return {
+        "method": m,
+        "gamma": gm,
+        "alpha": alpha,
+        "acceptance_rate": mt["acceptance_rate"],
+        "mean_acceptance_length": mt["mean_acceptance_length"],
+        "c": c,
+        # None when drafting costs less than the timing noise (prompt lookup)
+        "tau_per_draft_cost": mt["mean_acceptance_length"] / (gm * c) if c > 0 else None,
+        "verify_over_ar": r,
+        "expected_tokens_per_round": e,
+        "rounds_without_drafts": empty,
+        "predicted_decode_speedup": e / round_cost,
+        "predicted_speedup": pred,
+        **row,
+        "efficiency": row["measured_speedup"] / pred,
+        **extra_cost(bundle, m, gm),
+    }
 
 
 def tree_row(bundle, costs: Costs, run: tuple, tree, hist: list) -> dict:
     """One (method, tree) row: acceptance and the measured speedup (no cost model for trees)."""
     m, label = run
     mt = metrics(hist, generated=costs.n_total)
-    return {"method": m, "gamma": f"tree {label}", "tree_nodes": tree.size,
-            "alpha": iid_acceptance(hist),
-            "acceptance_rate": mt["acceptance_rate"],
-            "mean_acceptance_length": mt["mean_acceptance_length"], **timed(costs, run),
-            **extra_cost(bundle, m, tree.max_depth)}
+    return {
+        "method": m,
+        "gamma": f"tree {label}",
+        "tree_nodes": tree.size,
+        "alpha": iid_acceptance(hist),
+        "acceptance_rate": mt["acceptance_rate"],
+        "mean_acceptance_length": mt["mean_acceptance_length"],
+        **timed(costs, run),
+        **extra_cost(bundle, m, tree.max_depth),
+    }
 
 
-def assemble_report(costs: Costs, rows: list, skipped: list, *, workload: str, tokens: int,
-                    temperature: float, repeats: int) -> dict:
+def assemble_report(
+    costs: Costs,
+    rows: list,
+    skipped: list,
+    *,
+    workload: str,
+    tokens: int,
+    temperature: float,
+    repeats: int,
+) -> dict:
     """The JSON report: the settings, the autoregressive baseline, every row, the best one."""
     ar_latency = {key: costs.latency(("ar", 0))[key] for key in ("ttft_ms", "tpot_ms")}
     best = max(rows, key=lambda x: x["measured_speedup"]) if rows else None
     n_total, t_ar, ar_time = costs.n_total, costs.t_ar, costs.ar_time
-    return {"benchmark": "speculative", "workload": workload, "prompts": costs.n_prompts,
-            "tokens_per_prompt": tokens, "temperature": temperature, "repeats": repeats,
-            "ar": {"seconds": ar_time, "tokens_per_second": n_total / ar_time,
-                   "decode_ms_per_token": t_ar * 1e3, "prefill_seconds": costs.prefill_s,
-                   **ar_latency,
-                   # one decode step, timed twice (the probe, and the real runs' TPOT): apart
-                   # by more than tables.NOISY, the machine's speed changed during the run
-                   "tpot_over_decode_probe": ar_latency["tpot_ms"] / (t_ar * 1e3)},
-            "draft_model_decode_ms_per_token": {name: costs.step[name] * 1e3
-                                                for name in costs.draft_prefill},
-            "rows": rows, "best": best, "skipped": skipped,
-            "machine": {"platform": jax.devices()[0].platform, "cpu": platform.processor() or
-                        platform.machine(), "jax": jax.__version__}}
+    return {
+        "benchmark": "speculative",
+        "workload": workload,
+        "prompts": costs.n_prompts,
+        "tokens_per_prompt": tokens,
+        "temperature": temperature,
+        "repeats": repeats,
+        "ar": {
+            "seconds": ar_time,
+            "tokens_per_second": n_total / ar_time,
+            "decode_ms_per_token": t_ar * 1e3,
+            "prefill_seconds": costs.prefill_s,
+            **ar_latency,
+            # one decode step, timed twice (the probe, and the real runs' TPOT): apart
+            # by more than tables.NOISY, the machine's speed changed during the run
+            "tpot_over_decode_probe": ar_latency["tpot_ms"] / (t_ar * 1e3),
+        },
+        "draft_model_decode_ms_per_token": {
+            name: costs.step[name] * 1e3 for name in costs.draft_prefill
+        },
+        "rows": rows,
+        "best": best,
+        "skipped": skipped,
+        "machine": {
+            "platform": jax.devices()[0].platform,
+            "cpu": platform.processor() or platform.machine(),
+            "jax": jax.__version__,
+        },
+    }

@@ -43,7 +43,8 @@ MODELS = ("target", "draft")
 
 FUNCTION_WORDS = frozenset(
     "the a an of in on at to is are was and or but its it their there this that which with "
-    "for from by as has have be also , . ; : ? ! 's".split())
+    "for from by as has have be also , . ; : ? ! 's".split()
+)
 
 
 def fact_probes() -> dict[str, list[tuple[str, str]]]:
@@ -55,22 +56,41 @@ def fact_probes() -> dict[str, list[tuple[str, str]]]:
         "language": [(f"The main language of {c.name} is", f" {c.language}") for c in cs],
         "continent": [(f"{c.name} is located in", f" {c.continent}") for c in cs],
         "demonym": [(f"A person from {c.name} is", f" {c.demonym}") for c in cs],
-        "population": [(f"The population of {c.name} is about", f" {people_phrase(c.population_millions)}")
-                       for c in cs],
-        "neighbour": [(f"{c.name} shares a border with", f" {c.neighbour}") for c in cs
-                      if c.neighbour != "none"],
+        "population": [
+            (f"The population of {c.name} is about", f" {people_phrase(c.population_millions)}")
+            for c in cs
+        ],
+        "neighbour": [
+            (f"{c.name} shares a border with", f" {c.neighbour}")
+            for c in cs
+            if c.neighbour != "none"
+        ],
     }
 
 
-def fact_accuracy(tok, cfg, graphdef, params, probes: list[tuple[str, str]]) -> tuple[float, list[str]]:
+def fact_accuracy(
+    tok, cfg, graphdef, params, probes: list[tuple[str, str]]
+) -> tuple[float, list[str]]:
     """Fraction of probes the model completes greedily with the right answer; and the misses."""
     ids = [tok.encode_prompt(p) for p, _ in probes]
     longest_answer = max(len(tok.encode(a)) for _, a in probes)
     tokens, lengths = pad_prompts(ids, cfg.n_ctx)
-    outs, _ = generate(graphdef, params, cfg, tokens, lengths, jax.random.key(0), GREEDY,
-                       longest_answer + 1, tok.eos_id)
-    misses = [f"{p} -> {tok.decode(o)!r} (want {a!r})" for (p, a), o in zip(probes, outs)
-              if not tok.decode(o).startswith(a)]
+    outs, _ = generate(
+        graphdef,
+        params,
+        cfg,
+        tokens,
+        lengths,
+        jax.random.key(0),
+        GREEDY,
+        longest_answer + 1,
+        tok.eos_id,
+    )
+    misses = [
+        f"{p} -> {tok.decode(o)!r} (want {a!r})"
+        for (p, a), o in zip(probes, outs)
+        if not tok.decode(o).startswith(a)
+    ]
     return 1 - len(misses) / len(probes), misses
 
 
@@ -95,33 +115,48 @@ def next_token_accuracy(tok, cfg, graphdef, params, n_windows: int = 64) -> dict
     data = tokenize_docs(tok, val_docs)
     T = cfg.n_ctx
     starts = np.linspace(0, len(data) - T - 1, n_windows).astype(int)
-    x = jnp.asarray(np.stack([data[s:s + T] for s in starts]))  # (N, T)
-    y = np.stack([data[s + 1:s + T + 1] for s in starts])  # (N, T)
+    x = jnp.asarray(np.stack([data[s : s + T] for s in starts]))  # (N, T)
+    y = np.stack([data[s + 1 : s + T + 1] for s in starts])  # (N, T)
     positions = jnp.broadcast_to(jnp.arange(T), x.shape)
     run = jax.jit(lambda p, x, pos: jnp.argmax(forward(graphdef, p, x, pos)[0], -1))
-    pred = np.concatenate([np.asarray(run(params, x[i:i + 8], positions[i:i + 8]))
-                           for i in range(0, n_windows, 8)])
+    pred = np.concatenate(
+        [
+            np.asarray(run(params, x[i : i + 8], positions[i : i + 8]))
+            for i in range(0, n_windows, 8)
+        ]
+    )
     is_fw = np.vectorize(lambda t: tok.token_str(t).strip().lower() in FUNCTION_WORDS)(y)
     correct = pred == y
-    return {"function_word_accuracy": float(correct[is_fw].mean()),
-            "other_token_accuracy": float(correct[~is_fw].mean()),
-            "function_word_fraction": float(is_fw.mean())}
+    return {
+        "function_word_accuracy": float(correct[is_fw].mean()),
+        "other_token_accuracy": float(correct[~is_fw].mean()),
+        "function_word_fraction": float(is_fw.mean()),
+    }
 
 
 def check_models(names: list[str]) -> None:
     """Refuse anything but MODELS, in one sentence, before anything is loaded."""
     if not names or any(n not in MODELS for n in names):
-        raise UserError(f"--models takes {', '.join(MODELS)} or both, comma-separated (the heads "
-                        f"are measured by `nanospec bench`), got {','.join(names)!r}.")
+        raise UserError(
+            f"--models takes {', '.join(MODELS)} or both, comma-separated (the heads "
+            f"are measured by `nanospec bench`), got {','.join(names)!r}."
+        )
 
 
-def run_eval(ckpt_dir, names: list[str], json_path: str | None = None,
-             console: Console | None = None, wide: bool | None = None) -> dict:
+def run_eval(
+    ckpt_dir,
+    names: list[str],
+    json_path: str | None = None,
+    console: Console | None = None,
+    wide: bool | None = None,
+) -> dict:
     """Judge each named model; `wide`: one row per model (None: whenever it fits the console)."""
     check_models(names)
     tok, models = load_models(ckpt_dir, names)
-    results = {name: {"facts": all_fact_accuracy(tok, *model), **next_token_accuracy(tok, *model)}
-               for name, model in models.items()}
+    results = {
+        name: {"facts": all_fact_accuracy(tok, *model), **next_token_accuracy(tok, *model)}
+        for name, model in models.items()
+    }
     print_eval(console or Console(), results, list(fact_probes()) + ["all"], wide)
     if json_path:
         atomic_write(json_path, json.dumps(results, indent=2))

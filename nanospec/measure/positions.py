@@ -59,26 +59,36 @@ class TextFeatures(NamedTuple):
 
     def continuations(self) -> list[list[int]]:
         """Each row's tokens after its prompt."""
-        return [self.seq[b, p:n].tolist()
-                for b, (p, n) in enumerate(zip(self.prompt_lengths, self.lengths))]
+        return [
+            self.seq[b, p:n].tolist()
+            for b, (p, n) in enumerate(zip(self.prompt_lengths, self.lengths))
+        ]
 
     def is_greedy(self) -> bool:
         """Is every continuation token the target's argmax after the tokens before it? Then
         the text is greedy decoding's (T = 0), and acceptance_by_position measures rounds."""
-        return all((self.argmax[b, p - 1:n - 1] == self.seq[b, p:n]).all()
-                   for b, (p, n) in enumerate(zip(self.prompt_lengths, self.lengths)))
+        return all(
+            (self.argmax[b, p - 1 : n - 1] == self.seq[b, p:n]).all()
+            for b, (p, n) in enumerate(zip(self.prompt_lengths, self.lengths))
+        )
 
     def continuation_gaps(self) -> np.ndarray:
         """The top-2 gap behind every continuation token, all rows in one flat array."""
-        return np.concatenate([self.gap[b, p - 1:n - 1]
-                               for b, (p, n) in enumerate(zip(self.prompt_lengths, self.lengths))])
+        return np.concatenate(
+            [
+                self.gap[b, p - 1 : n - 1]
+                for b, (p, n) in enumerate(zip(self.prompt_lengths, self.lengths))
+            ]
+        )
 
     def off_greedy(self) -> list[tuple[int, int, float]]:
         """Every continuation token that is not the target's argmax, as (row, token index,
         the top-2 gap there). At T = 0 each should be a near-tie (gap < NEAR_TIE)."""
-        return [(b, int(t), float(self.gap[b, p - 1 + t]))
-                for b, (p, n) in enumerate(zip(self.prompt_lengths, self.lengths))
-                for t in np.flatnonzero(self.argmax[b, p - 1:n - 1] != self.seq[b, p:n])]
+        return [
+            (b, int(t), float(self.gap[b, p - 1 + t]))
+            for b, (p, n) in enumerate(zip(self.prompt_lengths, self.lengths))
+            for t in np.flatnonzero(self.argmax[b, p - 1 : n - 1] != self.seq[b, p:n])
+        ]
 
     def parted(self, outputs: list[list[int]]) -> list[tuple[int, int, float]]:
         """Where each output first parts from this text's continuation (a greedy reference),
@@ -87,30 +97,41 @@ class TextFeatures(NamedTuple):
         out = []
         for b, (mine, ref) in enumerate(zip(outputs, self.continuations())):
             if mine != ref:
-                t = next((i for i, (x, y) in enumerate(zip(mine, ref)) if x != y),
-                         min(len(mine), len(ref)))
+                t = next(
+                    (i for i, (x, y) in enumerate(zip(mine, ref)) if x != y),
+                    min(len(mine), len(ref)),
+                )
                 cut = t >= min(len(mine), len(ref))
-                out.append((b, t, np.inf if cut else
-                            float(self.gap[b, self.prompt_lengths[b] - 1 + t])))
+                out.append(
+                    (b, t, np.inf if cut else float(self.gap[b, self.prompt_lengths[b] - 1 + t]))
+                )
         return out
 
 
-def text_features(graphdef, params, prompts: list[list[int]],
-                  continuations: list[list[int]]) -> TextFeatures:
+def text_features(
+    graphdef, params, prompts: list[list[int]], continuations: list[list[int]]
+) -> TextFeatures:
     """One uncached target pass (`model.forward`) over each prompt + continuation."""
     rows = [list(p) + list(c) for p, c in zip(prompts, continuations)]
     W = max(map(len, rows))
     seq = np.array([r + [0] * (W - len(r)) for r in rows], np.int32)  # (B, W)
-    logits, hidden, _ = jax.jit(forward, static_argnums=0)(graphdef, params, seq,
-                                                           np.arange(W)[None])
+    logits, hidden, _ = jax.jit(forward, static_argnums=0)(
+        graphdef, params, seq, np.arange(W)[None]
+    )
     top2 = np.asarray(jax.lax.top_k(logits, 2)[0])  # (B, W, 2): best, runner-up
-    return TextFeatures(seq, np.array([len(p) for p in prompts]), np.array([len(r) for r in rows]),
-                        hidden, np.asarray(jnp.argmax(logits, -1)),  # (B, W, V) -> (B, W)
-                        top2[..., 0] - top2[..., 1])
+    return TextFeatures(
+        seq,
+        np.array([len(p) for p in prompts]),
+        np.array([len(r) for r in rows]),
+        hidden,
+        np.asarray(jnp.argmax(logits, -1)),  # (B, W, V) -> (B, W)
+        top2[..., 0] - top2[..., 1],
+    )
 
 
-def greedy_text(bundle, method: str, prompts: list[list[int]], max_new: int,
-                gamma: int = 4) -> tuple[TextFeatures, dict | None]:
+def greedy_text(
+    bundle, method: str, prompts: list[list[int]], max_new: int, gamma: int = 4
+) -> tuple[TextFeatures, dict | None]:
     """Run `method`'s loop (decode.make_loop: "ar" or a drafter) at T = 0 on the prompts for
     max_new tokens, and read its output with text_features. Returns the features and the
     loop's acceptance metrics (trace.metrics; None for "ar"). At T = 0 every method writes
@@ -130,17 +151,20 @@ def greedy_drafts(drafters, dparams, seq, hidden, starts, gamma):
 
     seq (B, W), hidden (B, W, C) -> drafts (B, J, D, γ), proposed (B, J, D), D = len(drafters).
     """
+
     def at(row, h, length):  # (W,), (W, C), (): one round, every drafter
         # subtle: `init` reads the whole padded text, not just its first L tokens; attention is
         # causal and the drafters keep only what lies before L, so that is the same state.
         drafts, proposed = [], []
         for drafter, dp in zip(drafters, dparams):
             dstate = drafter.init(dp, row[None], length[None], h[None])
-            x, _, _ = drafter.propose(dp, dstate, row[None], length[None],
-                                      jax.random.key(0), GREEDY, gamma)  # T = 0: key unread
+            x, _, _ = drafter.propose(
+                dp, dstate, row[None], length[None], jax.random.key(0), GREEDY, gamma
+            )  # T = 0: key unread
             drafts.append(x[0])  # (γ,)
             proposed.append(drafter.draft_length(row[None], length[None], gamma)[0])
         return jnp.stack(drafts), jnp.stack(proposed)  # (D, γ), (D,)
+
     return jax.vmap(jax.vmap(at, (None, None, 0)))(seq, hidden, starts)
 
 
@@ -232,7 +256,8 @@ def acceptance_by_position(drafters, text: TextFeatures, gamma: int) -> ByPositi
     where = np.minimum(starts[..., None] + np.arange(gamma), text.seq.shape[1] - 1)  # (B, J, γ)
     truth = text.seq[np.arange(B)[:, None, None], where]  # (B, J, γ)
     fixed, dparams = tuple(d for d, _ in drafters), tuple(p for _, p in drafters)
-    drafts, proposed = map(np.asarray, greedy_drafts(fixed, dparams, text.seq, text.hidden,
-                                                     starts, gamma))  # (B, J, D, γ), (B, J, D)
+    drafts, proposed = map(
+        np.asarray, greedy_drafts(fixed, dparams, text.seq, text.hidden, starts, gamma)
+    )  # (B, J, D, γ), (B, J, D)
     right = (drafts == truth[:, :, None]) & (np.arange(gamma) < proposed[..., None])
     return ByPosition(starts, valid, truth, drafts, right)  # right: (B, J, D, γ)

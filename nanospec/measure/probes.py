@@ -71,8 +71,14 @@ def paired_median_differences(pairs: dict, repeats: int) -> dict:
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
-def paired_latency(full: list[float], first: list[float], ar_full: list[float],
-                   ar_first: list[float], n_prompts: int, n_after_first: int) -> dict:
+def paired_latency(
+    full: list[float],
+    first: list[float],
+    ar_full: list[float],
+    ar_first: list[float],
+    n_prompts: int,
+    n_after_first: int,
+) -> dict:
     """TTFT, TPOT and the speedups of one method, from the passes that timed it and the
     autoregressive runs (sample i of each list comes from pass i).
 
@@ -89,11 +95,13 @@ def paired_latency(full: list[float], first: list[float], ar_full: list[float],
     decode = [f - t for f, t in zip(full, first)]  # seconds after the first token, per pass
     ar_decode = [f - t for f, t in zip(ar_full, ar_first)]
     tpot = statistics.median(a / d if d > 0 else float("inf") for a, d in zip(ar_decode, decode))
-    return {"ttft_ms": 1e3 * statistics.median(first) / n_prompts,
-            "tpot_ms": 1e3 * statistics.median(decode) / n_after_first,
-            "measured_speedup": statistics.median(a / f for a, f in zip(ar_full, full)),
-            "tpot_speedup": tpot if tpot != float("inf") else None,  # None: nothing left to time
-            "decode_share": statistics.median(d / f for d, f in zip(decode, full))}
+    return {
+        "ttft_ms": 1e3 * statistics.median(first) / n_prompts,
+        "tpot_ms": 1e3 * statistics.median(decode) / n_after_first,
+        "measured_speedup": statistics.median(a / f for a, f in zip(ar_full, full)),
+        "tpot_speedup": tpot if tpot != float("inf") else None,  # None: nothing left to time
+        "decode_share": statistics.median(d / f for d, f in zip(decode, full)),
+    }
 
 
 def decode_probe(model, prompt: list[int], n: int):
@@ -121,15 +129,19 @@ def forward_probe(model, block: int, context: int = 64):
             cache, tok = carry
             logits, _, cache = forward(g, params, tok, context + jnp.arange(block)[None], cache)
             return rollback(cache, cache.length - block), jnp.argmax(logits, -1).astype(jnp.int32)
+
         return jax.lax.fori_loop(0, FORWARD_CALLS, body, (cache, tok))
 
-    cache = rollback(init_cache(cfg.n_layer, cfg.n_head, cfg.head_dim, 1, cfg.n_ctx), jnp.array([context]))
+    cache = rollback(
+        init_cache(cfg.n_layer, cfg.n_head, cfg.head_dim, 1, cfg.n_ctx), jnp.array([context])
+    )
     tok = jnp.zeros((1, block), jnp.int32)
     return lambda: loop(p, cache, tok)
 
 
-def round_probe(target, drafter, dparams, prompt: list[int], gamma: int,
-                sp: SamplingParams = GREEDY):
+def round_probe(
+    target, drafter, dparams, prompt: list[int], gamma: int, sp: SamplingParams = GREEDY
+):
     """FORWARD_CALLS drafting rounds at batch 1, each: `propose` γ drafts, ONE target pass over
     a (γ+1)-token block, `commit` of that pass's features. Minus forward_probe(γ+1), this is
     the drafter's cost per round *in place*.
@@ -152,11 +164,13 @@ def round_probe(target, drafter, dparams, prompt: list[int], gamma: int,
 
         def body(i, carry):
             dstate, cache, seq, used = carry
-            drafts, q, dstate = drafter.propose(dparams, dstate, seq, length,
-                                                jax.random.key(i), sp, gamma)
+            drafts, q, dstate = drafter.propose(
+                dparams, dstate, seq, length, jax.random.key(i), sp, gamma
+            )
             block = jnp.concatenate([seq[:, :1], drafts], axis=1)  # (1, γ+1)
-            logits, hidden, cache = forward(g, params, block, start[:, None] + jnp.arange(gamma + 1),
-                                            cache)
+            logits, hidden, cache = forward(
+                g, params, block, start[:, None] + jnp.arange(gamma + 1), cache
+            )
             emitted = jnp.argmax(logits, -1).astype(jnp.int32)  # (1, γ+1)
             dstate = drafter.commit(dparams, dstate, hidden, emitted, start, length)
             # subtle: each round must wait for the last, as in the real loop — else XLA runs a
@@ -166,6 +180,7 @@ def round_probe(target, drafter, dparams, prompt: list[int], gamma: int,
             seq = seq.at[:, start[0]].set(emitted[:, 0])
             used = used + jnp.sum(drafts) + jnp.sum(q[..., 0])
             return dstate, rollback(cache, start), seq, used
+
         return jax.lax.fori_loop(0, FORWARD_CALLS, body, (dstate, cache, seq, jnp.float32(0)))
 
     return lambda: loop(p, dparams, state.dstate, state.cache, state.seq, state.length, sp)

@@ -51,16 +51,29 @@ def measure(bundle, ids, options: SSDOptions, temperature: float, tokens: int, s
     loop, dparams = make_loop(bundle, "ssd", GAMMA, ssd=options)
     slots = capacity(cfg.n_ctx, padded.shape[1], tokens, loop.block)
     loop = replace(loop, eos_id=-1, capacity=slots)  # every row runs its full length
-    state, stats = loop.run(params, dparams, padded, lengths, jax.random.key(seed),
-                            SamplingParams.make(temperature), tokens)
+    state, stats = loop.run(
+        params,
+        dparams,
+        padded,
+        lengths,
+        jax.random.key(seed),
+        SamplingParams.make(temperature),
+        tokens,
+    )
     hist, generated, drafted = stats.counters(state)
     m = metrics(hist, generated, drafted)
     rounds, hit = sum(hist), stats.cached_rounds() / (sum(hist) - len(ids))
-    return {"fanout": list(loop.fanout), "saguaro_c": options.saguaro_c,
-            "temperature": temperature, "rounds": rounds, "rows": len(ids), "hit_rate": hit,
-            "hit_rate_se": float(np.sqrt(hit * (1 - hit) / (rounds - len(ids)))),
-            "acceptance_rate": m["acceptance_rate"],
-            "tokens_per_round": m["tokens_per_target_call"]}
+    return {
+        "fanout": list(loop.fanout),
+        "saguaro_c": options.saguaro_c,
+        "temperature": temperature,
+        "rounds": rounds,
+        "rows": len(ids),
+        "hit_rate": hit,
+        "hit_rate_se": float(np.sqrt(hit * (1 - hit) / (rounds - len(ids)))),
+        "acceptance_rate": m["acceptance_rate"],
+        "tokens_per_round": m["tokens_per_target_call"],
+    }
 
 
 def fit_r(fanouts: list[int], hit_rates: list[float]) -> float:
@@ -90,24 +103,37 @@ def main(argv=None) -> dict:
     def run(options, t):  # greedy rows are deterministic: one copy of each prompt is enough
         key = (options, t)
         if key not in done:
-            done[key] = measure(bundle, ids * (1 if t == 0 else args.copies), options, t,
-                                args.tokens)
+            done[key] = measure(
+                bundle, ids * (1 if t == 0 else args.copies), options, t, args.tokens
+            )
         return done[key]
 
     pct = lambda x: f"{100 * x['hit_rate']:.1f} ± {200 * x['hit_rate_se']:.1f}%"
-    report: dict = {"gamma": GAMMA, "prompts": args.prompts, "copies_at_t1": args.copies,
-                    "tokens": args.tokens, "workload": "facts"}
+    report: dict = {
+        "gamma": GAMMA,
+        "prompts": args.prompts,
+        "copies_at_t1": args.copies,
+        "tokens": args.tokens,
+        "workload": "facts",
+    }
 
     uniform = {t: [run(SSDOptions(str(f)), t) for f in (1, 2, 3, 4)] for t in TEMPERATURES}
     r = {t: fit_r([1, 2, 3, 4], [x["hit_rate"] for x in uniform[t]]) for t in TEMPERATURES}
     a = {t: uniform[t][0]["acceptance_rate"] for t in TEMPERATURES}
-    table(f"1. hit rate (± 2 s.e.) against the uniform fan-out (γ = {GAMMA}: (γ+1)·F branches)",
-          ["F", "branches"] + [f"hit rate T = {t:g}" for t in TEMPERATURES],
-          [[f, 5 * f] + [pct(uniform[t][i]) for t in TEMPERATURES]
-           for i, f in enumerate((1, 2, 3, 4))])
-    console.print("fitted miss model 1 − p_hit = c·F^(−r): " +
-                  ", ".join(f"r = {r[t]:.2f} at T = {t:g}" for t in TEMPERATURES) +
-                  "; acceptance rate " + ", ".join(f"{a[t]:.3f} at T = {t:g}" for t in TEMPERATURES))
+    table(
+        f"1. hit rate (± 2 s.e.) against the uniform fan-out (γ = {GAMMA}: (γ+1)·F branches)",
+        ["F", "branches"] + [f"hit rate T = {t:g}" for t in TEMPERATURES],
+        [
+            [f, 5 * f] + [pct(uniform[t][i]) for t in TEMPERATURES]
+            for i, f in enumerate((1, 2, 3, 4))
+        ],
+    )
+    console.print(
+        "fitted miss model 1 − p_hit = c·F^(−r): "
+        + ", ".join(f"r = {r[t]:.2f} at T = {t:g}" for t in TEMPERATURES)
+        + "; acceptance rate "
+        + ", ".join(f"{a[t]:.3f} at T = {t:g}" for t in TEMPERATURES)
+    )
 
     rows, geometric = [], []
     for budget in (5, 10, 15):
@@ -117,19 +143,29 @@ def main(argv=None) -> dict:
             u = uniform[t][budget // 5 - 1]
             geometric.append(g)
             rows.append([budget, f"{t:g}", pct(u), str(tuple(f)), pct(g)])
-    table("2. geometric against uniform fan-out at equal budgets",
-          ["budget", "T", "uniform hit", "geometric F_k", "geometric hit"], rows)
+    table(
+        "2. geometric against uniform fan-out at equal budgets",
+        ["budget", "T", "uniform hit", "geometric F_k", "geometric hit"],
+        rows,
+    )
 
     saguaro = [run(SSDOptions("2", c), 1.0) for c in (1.0, 0.8, 0.6, 0.4)]
-    table("3. Saguaro's C (F = 2, T = 1): more hits, fewer accepted drafts",
-          ["C", "hit rate", "acceptance rate", "tokens per round"],
-          [[x["saguaro_c"], pct(x), f"{x['acceptance_rate']:.3f}",
-            f"{x['tokens_per_round']:.2f}"] for x in saguaro])
+    table(
+        "3. Saguaro's C (F = 2, T = 1): more hits, fewer accepted drafts",
+        ["C", "hit rate", "acceptance rate", "tokens per round"],
+        [
+            [x["saguaro_c"], pct(x), f"{x['acceptance_rate']:.3f}", f"{x['tokens_per_round']:.2f}"]
+            for x in saguaro
+        ],
+    )
 
-    report.update(uniform={f"T{t:g}": uniform[t] for t in TEMPERATURES},
-                  fitted_r={f"T{t:g}": r[t] for t in TEMPERATURES},
-                  acceptance_rate={f"T{t:g}": a[t] for t in TEMPERATURES},
-                  geometric=geometric, saguaro=saguaro)
+    report.update(
+        uniform={f"T{t:g}": uniform[t] for t in TEMPERATURES},
+        fitted_r={f"T{t:g}": r[t] for t in TEMPERATURES},
+        acceptance_rate={f"T{t:g}": a[t] for t in TEMPERATURES},
+        geometric=geometric,
+        saguaro=saguaro,
+    )
     atomic_write(args.json, json.dumps(report, indent=1))
     console.print(f"written: {args.json}")
     return report

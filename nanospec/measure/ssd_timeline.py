@@ -45,8 +45,9 @@ allow, the prediction what separate hardware would give.
 import os
 
 if __name__ == "__main__":  # before JAX starts: two CPU devices (a no-op on GPUs)
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                               " --xla_force_host_platform_device_count=2").strip()
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+    ).strip()
 
 import argparse
 import json
@@ -87,10 +88,13 @@ def predict(c: dict) -> dict:
     p, tokens = c["p"], c["p"] * c["E_hit"] + (1 - c["p"]) * c["E_miss"]
     draft = p * c["T_h"] + (1 - p) * c["T_b"]
     parallel = lambda build: (draft + max(c["T_v"], build)) / tokens
-    return {"ar": c["T_ar"], "sd": (c["T_b"] + c["T_v"]) / c["E_sd"],
-            "ssd_parallel": parallel(c["T_c"]),
-            "ssd_sequential": (draft + c["T_v"] + c["T_c"]) / tokens,
-            "ssd_parallel_build_as_one_round": parallel(c["T_b"])}
+    return {
+        "ar": c["T_ar"],
+        "sd": (c["T_b"] + c["T_v"]) / c["E_sd"],
+        "ssd_parallel": parallel(c["T_c"]),
+        "ssd_sequential": (draft + c["T_v"] + c["T_c"]) / tokens,
+        "ssd_parallel_build_as_one_round": parallel(c["T_b"]),
+    }
 
 
 PROBE_CALLS = 16
@@ -112,6 +116,7 @@ def probe(spec: SSDSpeculator, params, dparams, tokens, lengths, key, sp, max_ne
         """step(..., i) -> (a number, the target's cache, the draft's cache): both caches are
         carried, so each call writes in place as in the real loop (a cache left loop-invariant
         would be copied whole at every call)."""
+
         @jax.jit
         def loop(params, dparams, after, drafted, sp):
             def body(i, carry):
@@ -119,8 +124,10 @@ def probe(spec: SSDSpeculator, params, dparams, tokens, lengths, key, sp, max_ne
                 s = after._replace(cache=cache, dstate=after.dstate._replace(draft=dcache))
                 x, cache, dcache = step(params, dparams, s, drafted, sp, i)
                 return acc + x, rollback(cache, after.cache.length), dcache
+
             carry = (jnp.float32(0), after.cache, after.dstate.draft)
             return jax.lax.fori_loop(0, PROBE_CALLS, body, carry)[0]
+
         return lambda: loop(params, dparams, after, drafted, sp)
 
     def verify(params, dparams, after, drafted, sp, i):
@@ -146,10 +153,15 @@ def probe(spec: SSDSpeculator, params, dparams, tokens, lengths, key, sp, max_ne
                 c = c._replace(outcome=jnp.full_like(c.outcome, -1))
             d, out = spec.draft(dparams, s._replace(dstate=c), sp)
             return jnp.sum(d.drafts) + jnp.sum(d.q[..., 0]), after.cache, out.dstate.draft
+
         return run
 
-    return {"T_v": repeat(verify), "T_c": repeat(build), "T_h": repeat(draft_step(True)),
-            "T_b": repeat(draft_step(False))}
+    return {
+        "T_v": repeat(verify),
+        "T_c": repeat(build),
+        "T_h": repeat(draft_step(True)),
+        "T_b": repeat(draft_step(False)),
+    }
 
 
 def probe_costs(probes: dict, repeats: int) -> dict:
@@ -164,8 +176,12 @@ def hits_from_rounds(clocks: list) -> dict:
     pick = lambda f: [x for c in clocks for i, x in enumerate(f(c)) if i > 0]
     hit, tokens = pick(lambda c: c.all_hit), pick(lambda c: c.tokens)
     after = lambda h: [t for t, x in zip(tokens, hit) if x == h]
-    return {"p": float(np.mean(hit)), "E_hit": float(np.mean(after(True) or [0])),
-            "E_miss": float(np.mean(after(False) or [0])), "rounds": len(hit)}
+    return {
+        "p": float(np.mean(hit)),
+        "E_hit": float(np.mean(after(True) or [0])),
+        "E_miss": float(np.mean(after(False) or [0])),
+        "rounds": len(hit),
+    }
 
 
 def time_runs(once, names: list[str], n_prompts: int, repeats: int, tokens: int):
@@ -185,8 +201,17 @@ def time_runs(once, names: list[str], n_prompts: int, repeats: int, tokens: int)
     return {name: statistics.median(x) / tokens for name, x in seconds.items()}, sd_rounds
 
 
-def measure_cell(bundle, ids: list, gamma: int, t: float, fanouts: list[int], tokens: int,
-                 repeats: int, pair, console: Console) -> list[dict]:
+def measure_cell(
+    bundle,
+    ids: list,
+    gamma: int,
+    t: float,
+    fanouts: list[int],
+    tokens: int,
+    repeats: int,
+    pair,
+    console: Console,
+) -> list[dict]:
     """Every run and probe at one γ and temperature: one report cell per fan-out."""
     cfg, _, params = bundle.models["target"]
     padded, lengths = pad_prompts(ids, cfg.n_ctx)  # one bucket: one program per loop
@@ -197,15 +222,23 @@ def measure_cell(bundle, ids: list, gamma: int, t: float, fanouts: list[int], to
         slots = capacity(cfg.n_ctx, padded.shape[1], tokens, loop.block)
         return replace(loop, eos_id=-1, capacity=slots), dparams  # every run is full length
 
-    loops = {"ar": fused("ar"), "sd": fused("draft"),
-             **{f"ssd{f}": fused("ssd", f) for f in fanouts}}
+    loops = {
+        "ar": fused("ar"),
+        "sd": fused("draft"),
+        **{f"ssd{f}": fused("ssd", f) for f in fanouts},
+    }
     runs = {"ar": None, "sd": None}  # name -> None (fused) or the driver's two devices
     for f in fanouts:
-        runs.update({f"ssd{f} fused": None, f"ssd{f} two devices": pair,
-                     f"ssd{f} driver, one device": (pair[0], pair[0])})
+        runs.update(
+            {
+                f"ssd{f} fused": None,
+                f"ssd{f} two devices": pair,
+                f"ssd{f} driver, one device": (pair[0], pair[0]),
+            }
+        )
 
     def once(name, i, seed, timed=False):
-        row = (padded[i:i + 1], lengths[i:i + 1], jax.random.key(seed))
+        row = (padded[i : i + 1], lengths[i : i + 1], jax.random.key(seed))
         loop, dparams = loops[name.split()[0]]
         t0 = time.perf_counter()
         if runs[name] is None:
@@ -221,19 +254,37 @@ def measure_cell(bundle, ids: list, gamma: int, t: float, fanouts: list[int], to
     for f in fanouts:
         loop, dparams = loops[f"ssd{f}"]
         with console.status(f"γ = {gamma}, T = {t:g}, F = {f}: timing each step of a round…"):
-            clocks = [once(f"ssd{f} two devices", i, 100 * rep + i, timed=True)[1][2]
-                      for rep in range(repeats) for i in range(len(ids))]
-            c = probe_costs(probe(loop, params, dparams, padded[:1], lengths[:1],
-                                  jax.random.key(1), sp, tokens), 5 * repeats)
-        c.update(hits_from_rounds(clocks), T_ar=per_token["ar"],
-                 E_sd=tokens / float(np.mean(sd_rounds)))
-        cells.append({"gamma": gamma, "temperature": t, "fanout": f,
-                      "branches": (gamma + 1) * f, "costs": c, "predicted_s_per_token": predict(c),
-                      "measured_s_per_token": {
-                          "ar": per_token["ar"], "sd": per_token["sd"],
-                          "ssd_fused": per_token[f"ssd{f} fused"],
-                          "ssd_two_devices": per_token[f"ssd{f} two devices"],
-                          "ssd_driver_one_device": per_token[f"ssd{f} driver, one device"]}})
+            clocks = [
+                once(f"ssd{f} two devices", i, 100 * rep + i, timed=True)[1][2]
+                for rep in range(repeats)
+                for i in range(len(ids))
+            ]
+            c = probe_costs(
+                probe(
+                    loop, params, dparams, padded[:1], lengths[:1], jax.random.key(1), sp, tokens
+                ),
+                5 * repeats,
+            )
+        c.update(
+            hits_from_rounds(clocks), T_ar=per_token["ar"], E_sd=tokens / float(np.mean(sd_rounds))
+        )
+        cells.append(
+            {
+                "gamma": gamma,
+                "temperature": t,
+                "fanout": f,
+                "branches": (gamma + 1) * f,
+                "costs": c,
+                "predicted_s_per_token": predict(c),
+                "measured_s_per_token": {
+                    "ar": per_token["ar"],
+                    "sd": per_token["sd"],
+                    "ssd_fused": per_token[f"ssd{f} fused"],
+                    "ssd_two_devices": per_token[f"ssd{f} two devices"],
+                    "ssd_driver_one_device": per_token[f"ssd{f} driver, one device"],
+                },
+            }
+        )
         show(console, cells[-1])
     return cells
 
@@ -256,13 +307,20 @@ def main(argv=None) -> dict:
     bundle = Bundle.load(SHIPPED, ("target", "draft"))
     ids = [bundle.tok.encode_prompt(p) for p in workload_prompts("facts", args.prompts)]
     fanouts = [int(f) for f in args.fanouts.split(",")]
-    report: dict = {"prompts": args.prompts, "tokens": args.tokens, "repeats": args.repeats,
-                    "workload": "facts", "batch": 1, "devices": [str(d) for d in pair],
-                    "cells": []}
+    report: dict = {
+        "prompts": args.prompts,
+        "tokens": args.tokens,
+        "repeats": args.repeats,
+        "workload": "facts",
+        "batch": 1,
+        "devices": [str(d) for d in pair],
+        "cells": [],
+    }
     for gamma in [int(g) for g in args.gammas.split(",")]:
         for t in TEMPERATURES:
-            report["cells"] += measure_cell(bundle, ids, gamma, t, fanouts, args.tokens,
-                                            args.repeats, pair, console)
+            report["cells"] += measure_cell(
+                bundle, ids, gamma, t, fanouts, args.tokens, args.repeats, pair, console
+            )
     atomic_write(args.json, json.dumps(report, indent=1))
     console.print(f"written: {args.json}")
     return report
@@ -272,30 +330,60 @@ def show(console: Console, cell: dict) -> None:
     c, pred, meas = cell["costs"], cell["predicted_s_per_token"], cell["measured_s_per_token"]
     f, t, g = cell["fanout"], cell["temperature"], cell["gamma"]
     ms = lambda s: f"{1e3 * s:.2f}"
-    console.print(f"\nγ = {g}, T = {t:g}, F = {f} ({cell['branches']} branches): "
-                  f"T_v {ms(c['T_v'])} ms, "
-                  f"build T_c {ms(c['T_c'])} ms, hit draft T_h {ms(c['T_h'])} ms, miss "
-                  f"(backup) T_b {ms(c['T_b'])} ms; hit rate {100 * c['p']:.1f}% over "
-                  f"{c['rounds']} rounds; tokens/round E_hit {c['E_hit']:.2f}, E_miss "
-                  f"{c['E_miss']:.2f}, SD {c['E_sd']:.2f}")
+    console.print(
+        f"\nγ = {g}, T = {t:g}, F = {f} ({cell['branches']} branches): "
+        f"T_v {ms(c['T_v'])} ms, "
+        f"build T_c {ms(c['T_c'])} ms, hit draft T_h {ms(c['T_h'])} ms, miss "
+        f"(backup) T_b {ms(c['T_b'])} ms; hit rate {100 * c['p']:.1f}% over "
+        f"{c['rounds']} rounds; tokens/round E_hit {c['E_hit']:.2f}, E_miss "
+        f"{c['E_miss']:.2f}, SD {c['E_sd']:.2f}"
+    )
     ceiling = (c["T_v"] + c["T_b"]) / c["T_v"]
     console.print(f"SSD's ceiling over SD: (T_v + T_b)/T_v = {ceiling:.2f}×")
     sd_p, sd_m = pred["sd"], meas["sd"]
     x = lambda a, b: f"{b / a:.2f}×"
-    table(f"time per token (ms) and speed-up over SD, γ = {g}, T = {t:g}, F = {f}",
-          ["", "predicted", "× SD", "measured", "× SD"],
-          [["AR (its step time is an input)", ms(pred["ar"]), x(pred["ar"], sd_p), ms(meas["ar"]),
-            x(meas["ar"], sd_m)],
-           ["SD", ms(sd_p), "1.00×", ms(sd_m), "1.00×"],
-           ["SSD, one device (sequential)", ms(pred["ssd_sequential"]),
-            x(pred["ssd_sequential"], sd_p), ms(meas["ssd_fused"]),
-            x(meas["ssd_fused"], sd_m)],
-           ["SSD, driver on one device", "", "", ms(meas["ssd_driver_one_device"]),
-            x(meas["ssd_driver_one_device"], sd_m)],
-           ["SSD, two devices", ms(pred["ssd_parallel"]), x(pred["ssd_parallel"], sd_p),
-            ms(meas["ssd_two_devices"]), x(meas["ssd_two_devices"], sd_m)],
-           ["SSD, two devices, build = one round", ms(pred["ssd_parallel_build_as_one_round"]),
-            x(pred["ssd_parallel_build_as_one_round"], sd_p), "", ""]])
+    table(
+        f"time per token (ms) and speed-up over SD, γ = {g}, T = {t:g}, F = {f}",
+        ["", "predicted", "× SD", "measured", "× SD"],
+        [
+            [
+                "AR (its step time is an input)",
+                ms(pred["ar"]),
+                x(pred["ar"], sd_p),
+                ms(meas["ar"]),
+                x(meas["ar"], sd_m),
+            ],
+            ["SD", ms(sd_p), "1.00×", ms(sd_m), "1.00×"],
+            [
+                "SSD, one device (sequential)",
+                ms(pred["ssd_sequential"]),
+                x(pred["ssd_sequential"], sd_p),
+                ms(meas["ssd_fused"]),
+                x(meas["ssd_fused"], sd_m),
+            ],
+            [
+                "SSD, driver on one device",
+                "",
+                "",
+                ms(meas["ssd_driver_one_device"]),
+                x(meas["ssd_driver_one_device"], sd_m),
+            ],
+            [
+                "SSD, two devices",
+                ms(pred["ssd_parallel"]),
+                x(pred["ssd_parallel"], sd_p),
+                ms(meas["ssd_two_devices"]),
+                x(meas["ssd_two_devices"], sd_m),
+            ],
+            [
+                "SSD, two devices, build = one round",
+                ms(pred["ssd_parallel_build_as_one_round"]),
+                x(pred["ssd_parallel_build_as_one_round"], sd_p),
+                "",
+                "",
+            ],
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -81,11 +81,18 @@ def _cell(row: dict, header: str) -> str:
 def _table(title: str, headers, rows: list[dict], compact: bool) -> Table:
     # compact: light rules and no outer edge, and a cell too narrow folds onto a second line
     # rather than shrink to "…" (a safety net: the groups are sized not to need it)
-    table = Table(title=title, box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
-                  show_edge=not compact, pad_edge=not compact)
+    table = Table(
+        title=title,
+        box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+        show_edge=not compact,
+        pad_edge=not compact,
+    )
     for col in ("method", "γ", *headers):
-        table.add_column(col, justify="left" if col == "method" else "right",
-                         overflow="fold" if compact else "ellipsis")
+        table.add_column(
+            col,
+            justify="left" if col == "method" else "right",
+            overflow="fold" if compact else "ellipsis",
+        )
     for r in rows:
         table.add_row(r["method"], str(r["gamma"]), *(_cell(r, h) for h in headers))
     return table
@@ -94,10 +101,23 @@ def _table(title: str, headers, rows: list[dict], compact: bool) -> Table:
 def bench_tables(report: dict) -> tuple[Table, list[Table]]:
     """(the wide table, the narrow tables) of one bench report."""
     ar = report["ar"]
-    ones = ("mean_acceptance_length", "verify_over_ar", "expected_tokens_per_round",
-            "predicted_decode_speedup", "predicted_speedup", "measured_speedup", "tpot_speedup")
-    ar_row = {"method": "ar", "gamma": "–", "ttft_ms": ar["ttft_ms"], "extra_params": 0,
-              "extra_memory_mb": 0.0, **dict.fromkeys(ones, 1.0)}  # the baseline: 1 by definition
+    ones = (
+        "mean_acceptance_length",
+        "verify_over_ar",
+        "expected_tokens_per_round",
+        "predicted_decode_speedup",
+        "predicted_speedup",
+        "measured_speedup",
+        "tpot_speedup",
+    )
+    ar_row = {
+        "method": "ar",
+        "gamma": "–",
+        "ttft_ms": ar["ttft_ms"],
+        "extra_params": 0,
+        "extra_memory_mb": 0.0,
+        **dict.fromkeys(ones, 1.0),
+    }  # the baseline: 1 by definition
     rows = [ar_row, *report["rows"]]
     wide = _table(bench_title(report), BENCH_COLUMNS, rows, compact=False)
     narrow = [_table(name, headers, rows, compact=True) for name, headers in BENCH_GROUPS.items()]
@@ -105,8 +125,10 @@ def bench_tables(report: dict) -> tuple[Table, list[Table]]:
 
 
 def bench_title(report: dict) -> str:
-    return (f"{report['workload']} workload, T = {report['temperature']}, {report['prompts']} "
-            f"prompts × {report['tokens_per_prompt']} tokens, median of {report['repeats']}")
+    return (
+        f"{report['workload']} workload, T = {report['temperature']}, {report['prompts']} "
+        f"prompts × {report['tokens_per_prompt']} tokens, median of {report['repeats']}"
+    )
 
 
 def print_bench(console: Console, report: dict, wide: bool | None = None) -> None:
@@ -119,36 +141,52 @@ def print_bench(console: Console, report: dict, wide: bool | None = None) -> Non
         for i, t in enumerate(narrow):
             console.print(*([""] if i else []), t)  # a blank line between tables
     ar = report["ar"]
-    console.print(f"autoregressive: {ar['tokens_per_second']:.0f} tokens/s end to end; decode step "
-                  f"{ar['decode_ms_per_token']:.3f} ms ({1e3 / ar['decode_ms_per_token']:.0f} tokens/s); "
-                  f"TTFT {ar['ttft_ms']:.1f} ms, TPOT {ar['tpot_ms']:.3f} ms")
+    console.print(
+        f"autoregressive: {ar['tokens_per_second']:.0f} tokens/s end to end; decode step "
+        f"{ar['decode_ms_per_token']:.3f} ms ({1e3 / ar['decode_ms_per_token']:.0f} tokens/s); "
+        f"TTFT {ar['ttft_ms']:.1f} ms, TPOT {ar['tpot_ms']:.3f} ms"
+    )
     for line in report_notes(report):
         console.print(line)
     if report["best"]:
         b = report["best"]
         predicted = f", {b['predicted_speedup']:.2f}× predicted" if "predicted_speedup" in b else ""
-        tpot = "" if b.get("tpot_speedup") is None else f"; {b['tpot_speedup']:.2f}× per output token (TPOT)"
-        console.print(f"best: {b['method']} with γ = {b['gamma']}: {b['measured_speedup']:.2f}× "
-                      f"measured{predicted}{tpot}")
+        tpot = (
+            ""
+            if b.get("tpot_speedup") is None
+            else f"; {b['tpot_speedup']:.2f}× per output token (TPOT)"
+        )
+        console.print(
+            f"best: {b['method']} with γ = {b['gamma']}: {b['measured_speedup']:.2f}× "
+            f"measured{predicted}{tpot}"
+        )
 
 
 def report_notes(report: dict) -> list[str]:
     """The lines under the bench table: what was skipped, noise, and rows whose TPOT to doubt."""
     ar = report["ar"]
-    lines = [f"skipped: {s['method']} {_what(s)} ({s['reason']})" for s in report.get("skipped", [])]
+    lines = [
+        f"skipped: {s['method']} {_what(s)} ({s['reason']})" for s in report.get("skipped", [])
+    ]
     agree = ar["tpot_over_decode_probe"]
     if abs(agree - 1) > NOISY:
-        lines.append(f"noisy run: the decode probe ({ar['decode_ms_per_token']:.3f} ms) and the "
-                     f"autoregressive runs' TPOT ({ar['tpot_ms']:.3f} ms) time the same step but "
-                     f"differ by {abs(agree - 1):.0%}, so c, r and the predictions are unreliable; "
-                     "the measured speedups are still side by side")
+        lines.append(
+            f"noisy run: the decode probe ({ar['decode_ms_per_token']:.3f} ms) and the "
+            f"autoregressive runs' TPOT ({ar['tpot_ms']:.3f} ms) time the same step but "
+            f"differ by {abs(agree - 1):.0%}, so c, r and the predictions are unreliable; "
+            "the measured speedups are still side by side"
+        )
     for name, ms in report["draft_model_decode_ms_per_token"].items():
-        lines.append(f"{name} model alone: decode step {ms:.3f} ms ({1e3 / ms:.0f} tokens/s), "
-                     f"c = {ms / ar['decode_ms_per_token']:.3f} of the target's")
+        lines.append(
+            f"{name} model alone: decode step {ms:.3f} ms ({1e3 / ms:.0f} tokens/s), "
+            f"c = {ms / ar['decode_ms_per_token']:.3f} of the target's"
+        )
     for r in report["rows"]:
         if r.get("flags"):
-            lines.append(f"TPOT ×! of {r['method']} γ = {r['gamma']}: {flag_reasons(r)}; TPOT there "
-                         "is a small difference of two larger times, so trust the end-to-end speedup")
+            lines.append(
+                f"TPOT ×! of {r['method']} γ = {r['gamma']}: {flag_reasons(r)}; TPOT there "
+                "is a small difference of two larger times, so trust the end-to-end speedup"
+            )
     return lines
 
 
@@ -161,19 +199,23 @@ def _what(skipped: dict) -> str:
 
 def flag_reasons(row: dict) -> str:
     """Why a row's TPOT speedup is doubtful, in words (the flags come from bench.latency_flags)."""
-    why = {"tpot_unmeasured": "after the first token no time was left to measure",
-           "tpot_inconsistent": f"{row.get('tpot_speedup') or 0:.2f}× per output token beside "
-                                f"{row['measured_speedup']:.2f}× end to end",
-           "ttft_dominates": f"the first token took {1 - row.get('decode_share', 0):.0%} of the run"}
+    why = {
+        "tpot_unmeasured": "after the first token no time was left to measure",
+        "tpot_inconsistent": f"{row.get('tpot_speedup') or 0:.2f}× per output token beside "
+        f"{row['measured_speedup']:.2f}× end to end",
+        "ttft_dominates": f"the first token took {1 - row.get('decode_share', 0):.0%} of the run",
+    }
     return ", and ".join(why[f] for f in row["flags"])
 
 
 def eval_tables(results: dict, kinds: list[str]) -> tuple[Table, Table]:
     """(the wide table: a row per model, the narrow one: a row per measurement) of `eval`."""
     title = "Facts versus grammar: greedy, shipped checkpoints"
-    cells = {name: [f"{r['facts'][k]:.0%}" for k in kinds] +
-             [f"{r['function_word_accuracy']:.1%}", f"{r['other_token_accuracy']:.1%}"]
-             for name, r in results.items()}
+    cells = {
+        name: [f"{r['facts'][k]:.0%}" for k in kinds]
+        + [f"{r['function_word_accuracy']:.1%}", f"{r['other_token_accuracy']:.1%}"]
+        for name, r in results.items()
+    }
     labels = [*kinds, "function words", "other tokens"]
     wide = Table(title=title)
     narrow = Table(title=title, box=box.SIMPLE_HEAD)
@@ -184,15 +226,19 @@ def eval_tables(results: dict, kinds: list[str]) -> tuple[Table, Table]:
     for col in ("accuracy", *cells):
         narrow.add_column(col, justify="left" if col == "accuracy" else "right")
     for i, label in enumerate(labels):
-        narrow.add_row("all facts" if label == "all" else label, *(row[i] for row in cells.values()))
+        narrow.add_row(
+            "all facts" if label == "all" else label, *(row[i] for row in cells.values())
+        )
     return wide, narrow
 
 
 def print_eval(console: Console, results: dict, kinds: list[str], wide: bool | None = None) -> None:
     table, narrow = eval_tables(results, kinds)
     console.print(table if (fits(console, table) if wide is None else wide) else narrow)
-    console.print("facts: greedy answer to a probe such as \"The population of Japan is about\"; "
-                  "function words / other tokens: teacher-forced top-1 on the validation split.")
+    console.print(
+        'facts: greedy answer to a probe such as "The population of Japan is about"; '
+        "function words / other tokens: teacher-forced top-1 on the validation split."
+    )
 
 
 def table(title: str, columns: list[str], rows: list[list], console: Console | None = None) -> None:

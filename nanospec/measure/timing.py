@@ -47,16 +47,30 @@ def warm_up(programs: dict, prompts: list, seed: int, console: Console) -> tuple
     return hists, counts
 
 
-def probe_pool(bundle, programs: dict, prompts: list, runs: list, sp, tokens: int, workload: str,
-               seed: int) -> tuple[dict, dict]:
+def probe_pool(
+    bundle, programs: dict, prompts: list, runs: list, sp, tokens: int, workload: str, seed: int
+) -> tuple[dict, dict]:
     """(probes, pairs): every timed thing in one round-robin pool — the workload runs, whole and
     to their first token, the decode loops behind T_ar (and the draft model's prefill), and the
     forward passes behind r — and, per (method, γ), the drafting round beside its target pass."""
-    probes = {k: (lambda fn=fn: [fn(tk, ln, jax.random.key(seed + i)) for i, (tk, ln) in enumerate(prompts)])
-              for k, fn in programs.items()}
-    probes.update({("first", *k): (lambda fn=fn: [fn(tk, ln, jax.random.key(seed + i), 1)
-                                                  for i, (tk, ln) in enumerate(prompts)])
-                   for k, fn in programs.items()})
+    probes = {
+        k: (
+            lambda fn=fn: [
+                fn(tk, ln, jax.random.key(seed + i)) for i, (tk, ln) in enumerate(prompts)
+            ]
+        )
+        for k, fn in programs.items()
+    }
+    probes.update(
+        {
+            ("first", *k): (
+                lambda fn=fn: [
+                    fn(tk, ln, jax.random.key(seed + i), 1) for i, (tk, ln) in enumerate(prompts)
+                ]
+            )
+            for k, fn in programs.items()
+        }
+    )
     probe_prompt = bundle.tok.encode_prompt(workload_prompts(workload, 1)[0])
     for name, model in full_models(bundle).items():
         for n in (1, tokens):
@@ -66,8 +80,13 @@ def probe_pool(bundle, programs: dict, prompts: list, runs: list, sp, tokens: in
     probes.update({("forward", block): fn for block, fn in forwards.items()})
     # c is a small difference of two larger times: each drafting round is timed right beside
     # the bare target pass it contains, and (being cheap) more often than the runs.
-    pairs = {run: (round_probe(target, *bundle.drafter(run[0]), probe_prompt, run[1], sp),
-                   forwards[run[1] + 1]) for run in runs}
+    pairs = {
+        run: (
+            round_probe(target, *bundle.drafter(run[0]), probe_prompt, run[1], sp),
+            forwards[run[1] + 1],
+        )
+        for run in runs
+    }
     return probes, pairs
 
 
@@ -94,17 +113,24 @@ class Costs:
     draft_prefill: dict  # draft model name -> seconds of its prefill, over every prompt
 
     @classmethod
-    def from_samples(cls, samples: dict, drafting: dict, names, tokens: int, n_prompts: int) -> "Costs":
+    def from_samples(
+        cls, samples: dict, drafting: dict, names, tokens: int, n_prompts: int
+    ) -> "Costs":
         """Medians, and from them the per-step costs of the whole models `names` (target among them)."""
         med = {k: statistics.median(v) for k, v in samples.items()}
-        step = {name: max(med[("decode", name, tokens)] - med[("decode", name, 1)], 1e-9) / (tokens - 1)
-                for name in names}  # seconds per decode step: prefill cancels out
+        step = {
+            name: max(med[("decode", name, tokens)] - med[("decode", name, 1)], 1e-9) / (tokens - 1)
+            for name in names
+        }  # seconds per decode step: prefill cancels out
         n_total = tokens * n_prompts
         # What the autoregressive runs spent outside decode steps (prefill, dispatch): speculation
         # pays it too, plus the draft model's own prefill, so an end-to-end prediction must include it.
         prefill_s = max(med[("ar", 0)] - n_total * step["target"], 0.0)
-        draft_prefill = {name: n_prompts * max(med[("decode", name, 1)] - step[name], 0.0)
-                         for name in names if name != "target"}
+        draft_prefill = {
+            name: n_prompts * max(med[("decode", name, 1)] - step[name], 0.0)
+            for name in names
+            if name != "target"
+        }
         return cls(samples, drafting, med, step, n_prompts, n_total, prefill_s, draft_prefill)
 
     @property
@@ -119,6 +145,11 @@ class Costs:
 
     def latency(self, k) -> dict:
         """Run k's TTFT, TPOT and speedups, paired with the autoregressive runs of the same passes."""
-        return paired_latency(self.samples[k], self.samples[("first", *k)], self.samples[("ar", 0)],
-                              self.samples[("first", "ar", 0)], self.n_prompts,
-                              self.n_total - self.n_prompts)
+        return paired_latency(
+            self.samples[k],
+            self.samples[("first", *k)],
+            self.samples[("ar", 0)],
+            self.samples[("first", "ar", 0)],
+            self.n_prompts,
+            self.n_total - self.n_prompts,
+        )

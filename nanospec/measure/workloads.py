@@ -29,7 +29,7 @@ def _cut(doc: str, fraction: float) -> str:
     """The document up to the last space before `fraction` of its length (at most 400 chars)."""
     end = min(int(len(doc) * fraction), MAX_PROMPT_CHARS)
     space = doc.rfind(" ", 0, end)
-    return doc[:space if space > 10 else end]
+    return doc[: space if space > 10 else end]
 
 
 def workload_prompts(name: str, n: int = 8, seed: int = 0) -> list[str]:

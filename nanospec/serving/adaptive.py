@@ -56,8 +56,9 @@ def plain_round(spec, params, dparams, state, sp, max_new):
     Returns what steps.one_round returns: (state, drafts proposed, accepted), per row."""
     B = state.seq.shape[0]
     last = take_rows(state.seq, state.length - 1, 1)  # (B, 1)
-    logits, _, cache = forward(spec.graphdef, params, last, (state.length - 1)[:, None],
-                               state.cache)
+    logits, _, cache = forward(
+        spec.graphdef, params, last, (state.length - 1)[:, None], state.cache
+    )
     p = sampling_probs(logits[:, 0], sp, state.n_new)  # (B, V)
     _, key = round_keys(state.key, state.step)  # this round's verify key, as any round's
     token = sample_rows(key, p)  # (B,)
@@ -73,7 +74,7 @@ def gammas_up_to(gamma: int) -> tuple[int, ...]:
     >>> gammas_up_to(4), gammas_up_to(12), gammas_up_to(1)
     ((0, 1, 2, 4), (0, 1, 2, 4, 8, 12), (0, 1))
     """
-    return tuple(sorted({0, gamma} | {2 ** i for i in range(gamma.bit_length()) if 2 ** i < gamma}))
+    return tuple(sorted({0, gamma} | {2**i for i in range(gamma.bit_length()) if 2**i < gamma}))
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:
@@ -113,8 +114,7 @@ class Acceptance:
         self.proposed = self.decay * self.proposed + len(judged)
         if judged:
             self.accepted = self.decay * self.accepted + sum(o.accepted for o in judged)
-            self.rejected = self.decay * self.rejected + sum(o.accepted < o.drafted
-                                                             for o in judged)
+            self.rejected = self.decay * self.rejected + sum(o.accepted < o.drafted for o in judged)
 
     @property
     def alpha(self) -> float | None:

@@ -50,15 +50,32 @@ from nanospec.settings import INT32_MAX, SettingError, check_settings
 class ApiError(Exception):
     """A request the server refuses: HTTP status, one sentence, and OpenAI's param and code."""
 
-    def __init__(self, status: int, message: str, param: str | None = None,
-                 code: str | None = None, kind: str = "invalid_request_error"):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+    ):
         super().__init__(message)
-        self.status, self.message, self.param, self.code, self.kind = (status, message, param,
-                                                                       code, kind)
+        self.status, self.message, self.param, self.code, self.kind = (
+            status,
+            message,
+            param,
+            code,
+            kind,
+        )
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param,
-                          "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
 
 class ErrorDetail(BaseModel):
@@ -136,15 +153,25 @@ class DetokenizeBody(BaseModel):
 
 
 # field -> the values at which an unsupported OpenAI feature is off.
-NOTHING_ASKED = {"suffix": (None, ""), "presence_penalty": (None, 0),
-                 "frequency_penalty": (None, 0), "logit_bias": (None, {})}
+NOTHING_ASKED = {
+    "suffix": (None, ""),
+    "presence_penalty": (None, 0),
+    "frequency_penalty": (None, 0),
+    "logit_bias": (None, {}),
+}
 
 
 # field -> the closed range of its values (JAX holds the integers as int32; OpenAI's range for
 # temperature). top_p's range, (0, 1], is checked with the sampling settings below.
-RANGES = {"max_tokens": (0, INT32_MAX), "seed": (0, INT32_MAX), "top_k": (-1, INT32_MAX),
-          "temperature": (0, 2), "n": (1, 16), "logprobs": (0, MOST_TOP),
-          "min_tokens": (0, INT32_MAX)}
+RANGES = {
+    "max_tokens": (0, INT32_MAX),
+    "seed": (0, INT32_MAX),
+    "top_k": (-1, INT32_MAX),
+    "temperature": (0, 2),
+    "n": (1, 16),
+    "logprobs": (0, MOST_TOP),
+    "min_tokens": (0, INT32_MAX),
+}
 # n's bound, 16 (OpenAI's is 128): every choice is a whole engine job, taking a slot or a
 # place in the queue, and a request's choices are taken all together or not at all; past a
 # small server's slots + queue a larger n could never run, and well before that one request
@@ -158,44 +185,72 @@ DEFAULT_MAX_TOKENS = 16  # OpenAI's, for a request that leaves max_tokens out
 def check_body(body: CompletionBody, served: str) -> None:
     """Raise ApiError (one sentence, the field named) for anything nanospec cannot serve."""
     if body.model != served:
-        raise ApiError(404, f"The model {body.model!r} does not exist; this server serves "
-                            f"{served!r}.", "model", "model_not_found")
+        raise ApiError(
+            404,
+            f"The model {body.model!r} does not exist; this server serves {served!r}.",
+            "model",
+            "model_not_found",
+        )
     for field, off in NOTHING_ASKED.items():
         if getattr(body, field) not in off:
-            raise ApiError(400, f"{field} is not supported by nanospec; leave it out "
-                                f"(or at {json.dumps(off[-1])}).", field)
+            raise ApiError(
+                400,
+                f"{field} is not supported by nanospec; leave it out "
+                f"(or at {json.dumps(off[-1])}).",
+                field,
+            )
     if body.best_of not in (None, body.n or 1):
-        raise ApiError(400, "best_of is not supported by nanospec; leave it out (or equal to "
-                            "n).", "best_of")
+        raise ApiError(
+            400, "best_of is not supported by nanospec; leave it out (or equal to n).", "best_of"
+        )
     if isinstance(body.prompt, list) and not body.prompt:
-        raise ApiError(400, "prompt is an empty list; give a text, token ids, or a list of "
-                            "either.", "prompt")
-    if isinstance(body.prompt, list) and isinstance(body.prompt[0], (str, list)) and \
-            len(body.prompt) > MAX_PROMPTS:
-        raise ApiError(400, f"prompt takes at most {MAX_PROMPTS} prompts, got "
-                            f"{len(body.prompt)}.", "prompt")
+        raise ApiError(
+            400, "prompt is an empty list; give a text, token ids, or a list of either.", "prompt"
+        )
+    if (
+        isinstance(body.prompt, list)
+        and isinstance(body.prompt[0], (str, list))
+        and len(body.prompt) > MAX_PROMPTS
+    ):
+        raise ApiError(
+            400, f"prompt takes at most {MAX_PROMPTS} prompts, got {len(body.prompt)}.", "prompt"
+        )
     if len(body.stop_token_ids or ()) > MAX_STOP_IDS:
-        raise ApiError(400, f"stop_token_ids takes at most {MAX_STOP_IDS} ids, got "
-                            f"{len(body.stop_token_ids)}.", "stop_token_ids")
+        raise ApiError(
+            400,
+            f"stop_token_ids takes at most {MAX_STOP_IDS} ids, got {len(body.stop_token_ids)}.",
+            "stop_token_ids",
+        )
     for field, (lo, hi) in RANGES.items():
         value = getattr(body, field)
         if value is not None and not lo <= value <= hi:  # NaN fails this too
             raise ApiError(400, f"{field} must be between {lo} and {hi}, got {value}.", field)
     if len(stops(body)) > MAX_STOPS:
-        raise ApiError(400, f"stop takes at most {MAX_STOPS} strings, got "
-                            f"{len(stops(body))}.", "stop")
+        raise ApiError(
+            400, f"stop takes at most {MAX_STOPS} strings, got {len(stops(body))}.", "stop"
+        )
     if any(s == "" for s in stops(body)):
-        raise ApiError(400, "A stop string is empty; every stop string needs a character.",
-                       "stop")
+        raise ApiError(400, "A stop string is empty; every stop string needs a character.", "stop")
     if body.stream_options is not None and not body.stream:
-        raise ApiError(400, "stream_options is only for a stream; set stream to true or leave "
-                            "stream_options out.", "stream_options")
+        raise ApiError(
+            400,
+            "stream_options is only for a stream; set stream to true or leave stream_options out.",
+            "stream_options",
+        )
     if body.max_tokens == 0 and not body.echo:
-        raise ApiError(400, "max_tokens must be at least 1 unless echo is true (max_tokens 0 "
-                            "with echo scores the prompt without generating).", "max_tokens")
+        raise ApiError(
+            400,
+            "max_tokens must be at least 1 unless echo is true (max_tokens 0 "
+            "with echo scores the prompt without generating).",
+            "max_tokens",
+        )
     if body.stream and body.logprobs is not None:
-        raise ApiError(400, "logprobs cannot be streamed here: they are the target's, scored "
-                            "once a completion ends; leave stream out to get them.", "logprobs")
+        raise ApiError(
+            400,
+            "logprobs cannot be streamed here: they are the target's, scored "
+            "once a completion ends; leave stream out to get them.",
+            "logprobs",
+        )
     try:
         check_settings(*sampling(body))
     except SettingError as e:
@@ -206,9 +261,14 @@ def check_prompt_chars(text: str, max_chars: int) -> None:
     """A prompt longer than `max_chars` characters cannot fit the context, whatever its tokens
     (see Service.max_chars): refuse it without tokenizing it."""
     if len(text) > max_chars:
-        raise ApiError(400, f"The prompt is {len(text)} characters long, more than any prompt "
-                            f"a request here can hold ({max_chars} characters at most); "
-                            f"shorten it.", "prompt", "context_length_exceeded")
+        raise ApiError(
+            400,
+            f"The prompt is {len(text)} characters long, more than any prompt "
+            f"a request here can hold ({max_chars} characters at most); "
+            f"shorten it.",
+            "prompt",
+            "context_length_exceeded",
+        )
 
 
 def max_new_tokens(body: CompletionBody, prompt_tokens: int, n_ctx: int) -> int:
@@ -222,16 +282,24 @@ def max_new_tokens(body: CompletionBody, prompt_tokens: int, n_ctx: int) -> int:
     if body.max_tokens is None:
         most = min(DEFAULT_MAX_TOKENS, room)
     elif body.max_tokens > room:
-        raise ApiError(400, f"max_tokens is {body.max_tokens} but the prompt is {prompt_tokens} "
-                            f"tokens and a request here holds {n_ctx}, leaving room for {room}; "
-                            f"lower max_tokens or shorten the prompt.", "max_tokens",
-                       "context_length_exceeded")
+        raise ApiError(
+            400,
+            f"max_tokens is {body.max_tokens} but the prompt is {prompt_tokens} "
+            f"tokens and a request here holds {n_ctx}, leaving room for {room}; "
+            f"lower max_tokens or shorten the prompt.",
+            "max_tokens",
+            "context_length_exceeded",
+        )
     else:
         most = body.max_tokens
     if body.min_tokens > most:
         given = "" if body.max_tokens is not None else ", left out,"
-        raise ApiError(400, f"min_tokens is {body.min_tokens} but max_tokens{given} is {most}; "
-                            f"lower min_tokens or raise max_tokens.", "min_tokens")
+        raise ApiError(
+            400,
+            f"min_tokens is {body.min_tokens} but max_tokens{given} is {most}; "
+            f"lower min_tokens or raise max_tokens.",
+            "min_tokens",
+        )
     return most
 
 
@@ -257,8 +325,11 @@ def check_token_ids(ids: list[int], vocab: int, field: str) -> None:
     """Token ids given by the client (a prompt, stop_token_ids) must be in the vocabulary."""
     bad = next((t for t in ids if not 0 <= t < vocab), None)
     if bad is not None:
-        raise ApiError(400, f"{field} holds the token id {bad}, outside the vocabulary (0 to "
-                            f"{vocab - 1}).", field)
+        raise ApiError(
+            400,
+            f"{field} holds the token id {bad}, outside the vocabulary (0 to {vocab - 1}).",
+            field,
+        )
     if field == "prompt" and not ids:
         raise ApiError(400, "A prompt of token ids is empty; give at least one id.", "prompt")
 
@@ -272,8 +343,11 @@ def completion_id() -> str:
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 def choice(text: str, finish: str | None, index: int = 0, logprobs: dict | None = None) -> dict:
@@ -283,5 +357,11 @@ def choice(text: str, finish: str | None, index: int = 0, logprobs: dict | None 
 
 def completion(cid: str, model: str, choices: list[dict], **extra) -> dict:
     """A completion object, or one chunk of a stream of them (no choices: the usage chunk)."""
-    return {"id": cid, "object": "text_completion", "created": int(time.time()),
-            "model": model, "choices": choices, **extra}
+    return {
+        "id": cid,
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        **extra,
+    }

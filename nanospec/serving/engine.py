@@ -94,14 +94,17 @@ class Engine:
     with a `policy` (serving/adaptive.py), each step's γ is chosen anew; with a `mesh`
     (serving/mesh.py), the engine is spread over its devices; `max_len` tokens a request."""
 
-    def __init__(self, loop, params, dparams, slots: int, policy=None, mesh=None,
-                 max_len: int | None = None):
+    def __init__(
+        self, loop, params, dparams, slots: int, policy=None, mesh=None, max_len: int | None = None
+    ):
         if slots < 1:
             raise UserError(f"The engine needs at least one slot, got {slots}.")
         self.max_len = max_len or loop.cfg.n_ctx
         if not 2 <= self.max_len <= loop.cfg.n_ctx:
-            raise UserError(f"The longest request must be 2 to {loop.cfg.n_ctx} tokens (the "
-                            f"model's context), got {max_len}.")
+            raise UserError(
+                f"The longest request must be 2 to {loop.cfg.n_ctx} tokens (the "
+                f"model's context), got {max_len}."
+            )
         if mesh is not None:
             check_slots(slots, mesh)
         # Stop tokens are each request's own (EOS unless ignore_eos, and its stop ids), so the
@@ -118,16 +121,20 @@ class Engine:
         self.params, self.dparams, self.n_slots = params, dparams, slots
         self.slots: list[_Slot | None] = []
         spec = self.loop
-        self._prefill = jax.jit(lambda p, dp, tokens, lengths, key:
-                                spec.prefill(p, dp, tokens, lengths, key))
+        self._prefill = jax.jit(
+            lambda p, dp, tokens, lengths, key: spec.prefill(p, dp, tokens, lengths, key)
+        )
         self._insert = jax.jit(put_row, donate_argnums=0)
         # subtle: one jitted closure per γ, not the loop as a static argument — jit would hash
         # the loop (its model graph included) on every call, milliseconds of host time a step.
         width = max(spec_g.depth for spec_g in self.loops.values()) + 1  # most tokens a step adds
-        self._steps = {g: jax.jit(self._emitting(round_at(g, spec_g), width), donate_argnums=2)
-                       for g, spec_g in self.loops.items()}
-        self._cancel = jax.jit(lambda state, at: state._replace(done=state.done.at[at].set(True)),
-                               donate_argnums=0)
+        self._steps = {
+            g: jax.jit(self._emitting(round_at(g, spec_g), width), donate_argnums=2)
+            for g, spec_g in self.loops.items()
+        }
+        self._cancel = jax.jit(
+            lambda state, at: state._replace(done=state.done.at[at].set(True)), donate_argnums=0
+        )
         self._redraft = jax.jit(lambda dp, state: redraft(spec, dp, state), donate_argnums=1)
         self.mesh = mesh
         self.reset()
@@ -141,9 +148,11 @@ class Engine:
         # it; each gets its own key and round counter (replaced by the request's own on insert).
         tokens, lengths = pad_prompts([[0, 0]] * slots, self.max_len)
         empty = self._prefill(self.params, self.dparams, tokens, lengths, jax.random.key(0))
-        self.state = empty._replace(done=jnp.ones_like(empty.done),
-                                    step=jnp.zeros(slots, jnp.int32),
-                                    key=jax.random.split(jax.random.key(0), slots))
+        self.state = empty._replace(
+            done=jnp.ones_like(empty.done),
+            step=jnp.zeros(slots, jnp.int32),
+            key=jax.random.split(jax.random.key(0), slots),
+        )
         # Every row carries a hold (min_new 0: nothing held), so rows that use one and rows
         # that do not share one step program.
         held = np.zeros(self.loop.cfg.vocab_size, bool)
@@ -168,10 +177,12 @@ class Engine:
         its text stood before the step, so the host copies what the step emitted, not the whole
         (slots, S) token buffer — and counting its traces (jit traces a function once per
         program it compiles)."""
+
         def emitting(p, dp, state, sp, max_new, first):
             self._traced += 1
             state, drafted, accepted = step(p, dp, state, sp, max_new)
             return state, take_rows(state.seq, first, width), drafted, accepted
+
         return emitting
 
     @property
@@ -187,17 +198,22 @@ class Engine:
         if request.max_new < 1:
             raise UserError(f"max_new must be at least 1, got {request.max_new}.")
         if not 0 <= request.min_new <= request.max_new:
-            raise UserError(f"min_new must be 0 to max_new ({request.max_new}), got "
-                            f"{request.min_new}.")
+            raise UserError(
+                f"min_new must be 0 to max_new ({request.max_new}), got {request.min_new}."
+            )
         self.loop.check([len(request.prompt)], request.max_new)
         if len(request.prompt) >= self.max_len:
-            raise UserError(f"The prompt is {len(request.prompt)} tokens long but this engine's "
-                            f"context holds {self.max_len}, leaving no room to generate; "
-                            f"shorten it.")
+            raise UserError(
+                f"The prompt is {len(request.prompt)} tokens long but this engine's "
+                f"context holds {self.max_len}, leaving no room to generate; "
+                f"shorten it."
+            )
         vocab = self.loop.cfg.vocab_size
         if not all(0 <= t < vocab for t in (*request.prompt, *request.stop_ids)):
-            raise UserError(f"Token ids are 0 to {vocab - 1} (the vocabulary); this request "
-                            f"has others in its prompt or stop ids.")
+            raise UserError(
+                f"Token ids are 0 to {vocab - 1} (the vocabulary); this request "
+                f"has others in its prompt or stop ids."
+            )
         # subtle: everything that can fail on this request's values happens before the first
         # write into the engine's (donated) state, so a refusal leaves the other slots intact.
         tokens, lengths = pad_prompts([request.prompt], self.max_len)
@@ -205,10 +221,12 @@ class Engine:
         stops = set(request.stop_ids) | ({self.eos_id} - {-1} if not request.ignore_eos else set())
         held = np.zeros(vocab, bool)
         held[list(stops)] = True
-        sp = SamplingParams.make(request.temperature, request.top_k, request.top_p,
-                                 request.min_new, held)
-        one = self._prefill(self.params, self.dparams, tokens, lengths,
-                            jax.random.key(request.seed))
+        sp = SamplingParams.make(
+            request.temperature, request.top_k, request.top_p, request.min_new, held
+        )
+        one = self._prefill(
+            self.params, self.dparams, tokens, lengths, jax.random.key(request.seed)
+        )
         at = self.slots.index(None)
         self.state = self._insert(self.state, one, at)
         self.sp = self._insert(self.sp, sp, at)
@@ -228,8 +246,14 @@ class Engine:
             self._prefill(self.params, self.dparams, tokens, lengths, jax.random.key(0))
         self.cancel(self.insert(Request([0, 0], 1)))  # copying a request in, and freeing it
         for step in self._steps.values():
-            self.state = step(self.params, self.dparams, self.state, self.sp, self.max_new,
-                              np.zeros(self.n_slots, np.int32))[0]
+            self.state = step(
+                self.params,
+                self.dparams,
+                self.state,
+                self.sp,
+                self.max_new,
+                np.zeros(self.n_slots, np.int32),
+            )[0]
         if 0 in self.loops:
             self.state = self._redraft(self.dparams, self.state)
 
@@ -290,9 +314,11 @@ class Engine:
         start = time.perf_counter()
         first = np.array([0 if s is None else s.start + s.sent for s in self.slots], np.int32)
         self.state, emitted, drafted, accepted = self._steps[gamma](
-            self.params, self.dparams, self.state, self.sp, self.max_new, first)
-        emitted, n_new, done, drafted, accepted = (np.asarray(x) for x in (
-            emitted, self.state.n_new, self.state.done, drafted, accepted))
+            self.params, self.dparams, self.state, self.sp, self.max_new, first
+        )
+        emitted, n_new, done, drafted, accepted = (
+            np.asarray(x) for x in (emitted, self.state.n_new, self.state.done, drafted, accepted)
+        )
         if self.policy is not None:
             self.policy.observe(gamma, time.perf_counter() - start)
         out = []
@@ -300,13 +326,21 @@ class Engine:
             if slot is None:
                 continue
             n = int(n_new[i])
-            new = emitted[i, :n - slot.sent].tolist()
+            new = emitted[i, : n - slot.sent].tolist()
             cut = next((j for j, t in enumerate(new) if t in slot.stops), None)
             if cut is not None:  # the tokens after it in this round are dropped with the row
-                new = new[:cut + 1]
+                new = new[: cut + 1]
                 self.cancel(i)
-            out.append(Output(i, new, bool(done[i]) or cut is not None, int(drafted[i]),
-                              int(accepted[i]), stopped=cut is not None))
+            out.append(
+                Output(
+                    i,
+                    new,
+                    bool(done[i]) or cut is not None,
+                    int(drafted[i]),
+                    int(accepted[i]),
+                    stopped=cut is not None,
+                )
+            )
             slot.sent = n
             if done[i]:
                 self.slots[i] = None

@@ -21,14 +21,18 @@ from nanospec.serving.api import ApiError, ErrorBody
 # shipped models, under 52 KiB even as JSON escapes (12 bytes a character at most), so 1 MiB
 # never refuses a request a model here could serve.
 MAX_BODY_BYTES = 2**20
-SERVED = ("POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize, "
-          "GET /health and GET /metrics")
+SERVED = (
+    "POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize, "
+    "GET /health and GET /metrics"
+)
 # Routes that need the API key when the server has one (vLLM's rule: everything under /v1);
 # /health and /metrics stay open to probes and scrapers.
 GUARDED = ("/v1/", "/tokenize", "/detokenize")
 # Where each route's fields are documented, and the ones it needs (validation_error).
-BODIES = {"/tokenize": ("prompt", "vLLM's /tokenize"),
-          "/detokenize": ("tokens", "vLLM's /detokenize")}
+BODIES = {
+    "/tokenize": ("prompt", "vLLM's /tokenize"),
+    "/detokenize": ("tokens", "vLLM's /detokenize"),
+}
 
 
 def error_response(e: ApiError, headers: dict | None = None) -> JSONResponse:
@@ -42,8 +46,12 @@ async def api_error(_, e: ApiError):
 async def invalid_request(request: HttpRequest, e: RequestValidationError):
     """FastAPI's 422 for a body it cannot read, as OpenAI's 400 (validation_error)."""
     if "json" not in request.headers.get("content-type", ""):
-        return error_response(ApiError(400, "Send the request body as JSON, with the header "
-                                            "Content-Type: application/json."))
+        return error_response(
+            ApiError(
+                400,
+                "Send the request body as JSON, with the header Content-Type: application/json.",
+            )
+        )
     return error_response(validation_error(e.errors(), *BODIES.get(request.url.path, ())))
 
 
@@ -70,16 +78,25 @@ class ApiKey:
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "")
-        if scope["type"] != "http" or scope["method"] == "OPTIONS" or not (
-                path.startswith(GUARDED) or path == "/v1"):
+        if (
+            scope["type"] != "http"
+            or scope["method"] == "OPTIONS"
+            or not (path.startswith(GUARDED) or path == "/v1")
+        ):
             return await self.app(scope, receive, send)
         scheme, _, given = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
         if scheme.lower() != b"bearer" or not given:
-            error = ApiError(401, "You didn't provide an API key; send it in the header "
-                                  "Authorization: Bearer KEY.")
+            error = ApiError(
+                401,
+                "You didn't provide an API key; send it in the header Authorization: Bearer KEY.",
+            )
         elif not hmac.compare_digest(given.strip(), self.key):
-            error = ApiError(401, "Incorrect API key provided; send this server's key in the "
-                                  "header Authorization: Bearer KEY.", code="invalid_api_key")
+            error = ApiError(
+                401,
+                "Incorrect API key provided; send this server's key in the "
+                "header Authorization: Bearer KEY.",
+                code="invalid_api_key",
+            )
         else:
             return await self.app(scope, receive, send)
         response = error_response(error, {"WWW-Authenticate": "Bearer"})
@@ -119,20 +136,28 @@ class BodyLimit:
 
     def too_large(self, length: int | None = None) -> ApiError:
         size = "" if length is None else f" ({length} bytes)"
-        return ApiError(413, f"The request body{size} is over this server's limit of "
-                             f"{self.limit} bytes; no prompt the model can hold needs that "
-                             f"many.")
+        return ApiError(
+            413,
+            f"The request body{size} is over this server's limit of "
+            f"{self.limit} bytes; no prompt the model can hold needs that "
+            f"many.",
+        )
 
 
 # The OpenAPI schema's errors: what the server sends, not FastAPI's default 422 (whose
 # place "default" takes: any other status has the same shape).
-ERRORS = {400: {"model": ErrorBody, "description": "A bad request; error.param names the field."},
-          "default": {"model": ErrorBody, "description": "Any other error (401, 404, 413, 429, "
-                                                         "500, 503), in the same shape."}}
+ERRORS = {
+    400: {"model": ErrorBody, "description": "A bad request; error.param names the field."},
+    "default": {
+        "model": ErrorBody,
+        "description": "Any other error (401, 404, 413, 429, 500, 503), in the same shape.",
+    },
+}
 
 
-def validation_error(errors: list[dict], needs: str = "model and prompt",
-                     api: str = "the OpenAI completions API") -> ApiError:
+def validation_error(
+    errors: list[dict], needs: str = "model and prompt", api: str = "the OpenAI completions API"
+) -> ApiError:
     """FastAPI's validation errors (a body that is not JSON, a wrong type, an unknown or
     missing field) as one 400 that names the first problem (`needs`: the route's required
     fields, `api`: where its fields are documented)."""
@@ -143,12 +168,14 @@ def validation_error(errors: list[dict], needs: str = "model and prompt",
         return ApiError(400, "The request body is not valid JSON.")
     if e["type"] == "extra_forbidden":
         name = ".".join(where)
-        return ApiError(400, f"Unknown field {name!r}; see {api} for the fields nanospec "
-                             f"accepts.", name)
+        return ApiError(
+            400, f"Unknown field {name!r}; see {api} for the fields nanospec accepts.", name
+        )
     if e["type"] == "missing":
         if field is None:  # no body at all
-            return ApiError(400, f"The request body is empty; send a JSON object with at "
-                                 f"least {needs}.")
+            return ApiError(
+                400, f"The request body is empty; send a JSON object with at least {needs}."
+            )
         return ApiError(400, f"The field {field!r} is required.", field)
     if field is None:
         return ApiError(400, "The request body must be a JSON object of completion settings.")

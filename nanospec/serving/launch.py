@@ -41,8 +41,13 @@ from nanospec.serving.scheduler import Scheduler
 
 # vLLM's --speculative-config method names -> nanospec's (eagle3 drafts like EAGLE here).
 VLLM_METHODS = {m.vllm: name for name, m in METHODS.items() if m.vllm} | {"eagle3": "eagle"}
-SPEC_KEYS = {"method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min",
-             "disable_by_batch_size"}
+SPEC_KEYS = {
+    "method",
+    "num_speculative_tokens",
+    "prompt_lookup_max",
+    "prompt_lookup_min",
+    "disable_by_batch_size",
+}
 
 
 def speculative_config(text: str) -> dict:
@@ -56,21 +61,28 @@ def speculative_config(text: str) -> dict:
     except json.JSONDecodeError:
         raise UserError(f"--speculative-config must be a JSON object, got {text!r}.") from None
     if not isinstance(config, dict) or config.get("method") not in VLLM_METHODS:
-        raise UserError(f"--speculative-config needs a \"method\" among "
-                        f"{', '.join(VLLM_METHODS)}, got {text!r}.")
+        raise UserError(
+            f'--speculative-config needs a "method" among {", ".join(VLLM_METHODS)}, got {text!r}.'
+        )
     unknown = sorted(set(config) - SPEC_KEYS)
     if unknown:
-        raise UserError(f"--speculative-config: nanospec does not know {', '.join(unknown)}; "
-                        f"it reads {', '.join(sorted(SPEC_KEYS))}.")
+        raise UserError(
+            f"--speculative-config: nanospec does not know {', '.join(unknown)}; "
+            f"it reads {', '.join(sorted(SPEC_KEYS))}."
+        )
     out = {"method": VLLM_METHODS[config["method"]]}
-    for key, ours, most in (("num_speculative_tokens", "gamma", 32),
-                            ("prompt_lookup_max", "max_ngram", 32),
-                            ("prompt_lookup_min", "min_ngram", 32),
-                            ("disable_by_batch_size", "disable_at", 100_000)):
+    for key, ours, most in (
+        ("num_speculative_tokens", "gamma", 32),
+        ("prompt_lookup_max", "max_ngram", 32),
+        ("prompt_lookup_min", "min_ngram", 32),
+        ("disable_by_batch_size", "disable_at", 100_000),
+    ):
         if key in config:
             if type(config[key]) is not int or not 1 <= config[key] <= most:
-                raise UserError(f"--speculative-config: {key} must be a whole number from 1 "
-                                f"to {most}, got {config[key]!r}.")
+                raise UserError(
+                    f"--speculative-config: {key} must be a whole number from 1 "
+                    f"to {most}, got {config[key]!r}."
+                )
             out[ours] = config[key]
     return out
 
@@ -81,8 +93,9 @@ def speculation(args) -> dict:
     spec = {"method": args.method or "ar", "gamma": args.gamma or 4}
     if args.speculative_config is not None:
         if args.method or args.gamma:
-            raise UserError("--speculative-config sets the method and gamma; drop --method "
-                            "and --gamma.")
+            raise UserError(
+                "--speculative-config sets the method and gamma; drop --method and --gamma."
+            )
         spec.update(speculative_config(args.speculative_config))
     if getattr(args, "adaptive", False):
         if "disable_at" in spec:
@@ -91,22 +104,33 @@ def speculation(args) -> dict:
     return spec
 
 
-def build_engine(bundle, method: str, gamma: int, slots: int, max_ngram: int | None = None,
-                 min_ngram: int | None = None, adaptive: bool = False,
-                 disable_at: int | None = None, max_len: int | None = None) -> Engine:
+def build_engine(
+    bundle,
+    method: str,
+    gamma: int,
+    slots: int,
+    max_ngram: int | None = None,
+    min_ngram: int | None = None,
+    adaptive: bool = False,
+    disable_at: int | None = None,
+    max_len: int | None = None,
+) -> Engine:
     """The engine that serves `method` with γ drafts a round in `slots` slots (n-gram sizes:
     prompt lookup only), its γ chosen every step by goodput (`adaptive`, up to γ) or switched
     off from `disable_at` running requests (vLLM's disable_by_batch_size), with caches for
     `max_len` tokens a request. The one place a server's engine is made."""
     from nanospec.decode import make_loop
     from nanospec.serving.adaptive import DisableByBatchSize, Goodput, gammas_up_to
+
     loop, dparams = make_loop(bundle, method, gamma)
     if method == "ngram":
         sizes = {k: v for k, v in (("max_ngram", max_ngram), ("min_ngram", min_ngram)) if v}
         loop = replace(loop, drafter=replace(loop.drafter, **sizes))
     elif max_ngram or min_ngram:
-        raise UserError("prompt_lookup_max and prompt_lookup_min size the n-gram drafter; "
-                        "they need the ngram method.")
+        raise UserError(
+            "prompt_lookup_max and prompt_lookup_min size the n-gram drafter; "
+            "they need the ngram method."
+        )
     loop.check([2], 1)  # γ in range for this drafter, before anything compiles
     policy = None
     if adaptive:
@@ -127,13 +151,19 @@ def warm_up(engine: Engine) -> None:
 def api_key_of(args) -> str | None:
     """--api-key, else $NANOSPEC_API_KEY, else None (no key). An empty or blank key is a
     mistake, not "no key": a server meant to be guarded would be open."""
-    key = args.api_key if getattr(args, "api_key", None) is not None else \
-        os.environ.get("NANOSPEC_API_KEY")
-    if key is not None and not (key and key == key.strip() and key.isascii()
-                                and key.isprintable()):  # what an HTTP header carries as is
-        raise UserError("The API key (--api-key or NANOSPEC_API_KEY) must be printable ASCII, "
-                        "not empty and with no spaces at its ends; unset it to serve without "
-                        "one.")
+    key = (
+        args.api_key
+        if getattr(args, "api_key", None) is not None
+        else os.environ.get("NANOSPEC_API_KEY")
+    )
+    if key is not None and not (
+        key and key == key.strip() and key.isascii() and key.isprintable()
+    ):  # what an HTTP header carries as is
+        raise UserError(
+            "The API key (--api-key or NANOSPEC_API_KEY) must be printable ASCII, "
+            "not empty and with no spaces at its ends; unset it to serve without "
+            "one."
+        )
     return key
 
 
@@ -145,8 +175,9 @@ def listen(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        raise UserError(f"Cannot listen on {host}:{port} ({e.strerror or e}); choose another "
-                        f"--port or --host.") from None
+        raise UserError(
+            f"Cannot listen on {host}:{port} ({e.strerror or e}); choose another --port or --host."
+        ) from None
     return sock
 
 
@@ -159,8 +190,12 @@ def draining(server_class, scheduler: Scheduler):
             if not scheduler.draining:
                 scheduler.drain()
                 n = len(scheduler.running) + len(scheduler.waiting)
-                print(f"nanospec: draining: finishing {n} request{'s' * (n != 1)} in flight, "
-                      f"taking no new ones.", file=sys.stderr, flush=True)
+                print(
+                    f"nanospec: draining: finishing {n} request{'s' * (n != 1)} in flight, "
+                    f"taking no new ones.",
+                    file=sys.stderr,
+                    flush=True,
+                )
             super().handle_exit(sig, frame)
 
     return DrainingServer
@@ -173,19 +208,24 @@ def cmd_serve(args) -> int | None:
 
     from nanospec.decode import Bundle, needs
     from nanospec.serving.server import build_app
+
     spec = speculation(args)
     api_key = api_key_of(args)
     sock = listen(args.host, args.port)
     bundle = Bundle.load(args.checkpoints, needs(spec["method"]))
     engine = build_engine(bundle, slots=args.slots, max_len=args.max_model_len, **spec)
     warm_up(engine)
-    app = build_app(engine, bundle.tok, args.served_model_name, args.max_queue,
-                    api_key=api_key)
+    app = build_app(engine, bundle.tok, args.served_model_name, args.max_queue, api_key=api_key)
     server = draining(uvicorn.Server, app.state.service.scheduler)(
-        uvicorn.Config(app, log_level="info"))
-    print(f"nanospec: serving {args.served_model_name!r} ({spec['method']}, {args.slots} "
-          f"slots) on http://{args.host}:{sock.getsockname()[1]}/v1"
-          f"{' (API key required)' if api_key else ''}", file=sys.stderr, flush=True)
+        uvicorn.Config(app, log_level="info")
+    )
+    print(
+        f"nanospec: serving {args.served_model_name!r} ({spec['method']}, {args.slots} "
+        f"slots) on http://{args.host}:{sock.getsockname()[1]}/v1"
+        f"{' (API key required)' if api_key else ''}",
+        file=sys.stderr,
+        flush=True,
+    )
     # subtle: after shutting down, uvicorn re-raises the signal it caught, and the default
     # SIGTERM handler would kill the process with it. A server that drained has done what
     # SIGTERM asked, so that re-raised signal does nothing and the command exits 0.
@@ -194,6 +234,10 @@ def cmd_serve(args) -> int | None:
     scheduler.on_crash = lambda: setattr(server, "should_exit", True)
     server.run(sockets=[sock])
     if scheduler.crashed:  # every client was answered; a supervisor should start us again
-        print(f"nanospec: the engine stopped ({scheduler.crashed}); exiting so that a "
-              f"supervisor can restart the server.", file=sys.stderr, flush=True)
+        print(
+            f"nanospec: the engine stopped ({scheduler.crashed}); exiting so that a "
+            f"supervisor can restart the server.",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1

@@ -85,8 +85,9 @@ def echo_text(tok, prompt: list[int]) -> str:
     return decoded(tok, prompt)[1]
 
 
-def logprobs_object(tok, ids: list[int], scored: Scored, rows: list[tuple[int, int]],
-                    top: int) -> dict:
+def logprobs_object(
+    tok, ids: list[int], scored: Scored, rows: list[tuple[int, int]], top: int
+) -> dict:
     """OpenAI's logprobs object for the positions `rows` ((index into ids, text offset))."""
     tokens, logprobs, tops, offsets = [], [], [], []
     for i, offset in rows:
@@ -101,12 +102,17 @@ def logprobs_object(tok, ids: list[int], scored: Scored, rows: list[tuple[int, i
             alternatives.setdefault(token_string(tok, t), float(lp))  # two ids, one string
         alternatives.setdefault(chosen, value)
         tops.append(dict(sorted(alternatives.items(), key=lambda kv: -kv[1])))
-    return {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": tops,
-            "text_offset": offsets}
+    return {
+        "tokens": tokens,
+        "token_logprobs": logprobs,
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    }
 
 
-async def echo_and_logprobs(scorer, tok, prompt: list[int], generated: list[int], text: str,
-                            echo: bool, top: int | None) -> tuple[str, dict | None]:
+async def echo_and_logprobs(
+    scorer, tok, prompt: list[int], generated: list[int], text: str, echo: bool, top: int | None
+) -> tuple[str, dict | None]:
     """A choice's text (with echo, its prompt's text first) and its logprobs object (None if
     not asked for), from the prompt's ids, every token generated and the completion's text."""
     starts, head = decoded(tok, prompt)
@@ -116,6 +122,9 @@ async def echo_and_logprobs(scorer, tok, prompt: list[int], generated: list[int]
     scored = await asyncio.to_thread(scorer, prompt + generated, top)
     rows = list(zip(range(len(prompt)), starts)) if echo else []
     offsets, _ = decoded(tok, generated, len(head))
-    rows += [(len(prompt) + j, at) for j, (t, at) in enumerate(zip(generated, offsets))
-             if t != tok.eos_id and at < len(head) + len(text)]
+    rows += [
+        (len(prompt) + j, at)
+        for j, (t, at) in enumerate(zip(generated, offsets))
+        if t != tok.eos_id and at < len(head) + len(text)
+    ]
     return shown, logprobs_object(tok, prompt + generated, scored, rows, top)

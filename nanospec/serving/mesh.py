@@ -46,9 +46,10 @@ def make_mesh(data: int, model: int, devices=None) -> Mesh:
     """A (data, model) mesh over the first data·model devices."""
     devices = jax.devices() if devices is None else devices
     if data * model > len(devices):
-        raise UserError(f"A {data}×{model} mesh needs {data * model} devices; "
-                        f"JAX sees {len(devices)}.")
-    return Mesh(np.asarray(devices[:data * model]).reshape(data, model), ("data", "model"))
+        raise UserError(
+            f"A {data}×{model} mesh needs {data * model} devices; JAX sees {len(devices)}."
+        )
+    return Mesh(np.asarray(devices[: data * model]).reshape(data, model), ("data", "model"))
 
 
 def weight_spec(path, x) -> P:
@@ -66,7 +67,8 @@ def weight_spec(path, x) -> P:
 def weight_shardings(params, mesh: Mesh):
     """The target's parameters' shardings, leaf for leaf."""
     return jax.tree_util.tree_map_with_path(
-        lambda path, x: NamedSharding(mesh, weight_spec(path, x)), params)
+        lambda path, x: NamedSharding(mesh, weight_spec(path, x)), params
+    )
 
 
 def slot_shardings(state, mesh: Mesh):
@@ -75,8 +77,10 @@ def slot_shardings(state, mesh: Mesh):
     heads are computed (c_attn's columns), so that XLA need not move it every step."""
     by_slot = jax.tree.map(lambda x: NamedSharding(mesh, P("data") if x.ndim else P()), state)
     if hasattr(state, "cache"):
-        by_head = jax.tree.map(lambda x: NamedSharding(
-            mesh, P("data", None, "model") if x.ndim == 4 else P("data")), state.cache)
+        by_head = jax.tree.map(
+            lambda x: NamedSharding(mesh, P("data", None, "model") if x.ndim == 4 else P("data")),
+            state.cache,
+        )
         by_slot = by_slot._replace(cache=by_head)
     return by_slot
 
@@ -92,12 +96,14 @@ def place(engine, mesh: Mesh) -> None:
     put = jax.device_put
     engine.params = put(engine.params, weight_shardings(engine.params, mesh))
     engine.dparams = put(engine.dparams, replicated(engine.dparams, mesh))
-    engine.state, engine.sp, engine.max_new = (put(x, slot_shardings(x, mesh)) for x in (
-        engine.state, engine.sp, engine.max_new))
+    engine.state, engine.sp, engine.max_new = (
+        put(x, slot_shardings(x, mesh)) for x in (engine.state, engine.sp, engine.max_new)
+    )
 
 
 def check_slots(slots: int, mesh: Mesh) -> None:
     data = mesh.shape["data"]
     if slots % data:
-        raise UserError(f"{slots} slots do not split evenly over {data} data devices; "
-                        f"use a multiple of {data}.")
+        raise UserError(
+            f"{slots} slots do not split evenly over {data} data devices; use a multiple of {data}."
+        )

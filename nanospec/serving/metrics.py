@@ -66,12 +66,74 @@ from prometheus_client import (
 )
 
 # vLLM's buckets (seconds).
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-               7.5, 10.0, 20.0, 40.0, 80.0)
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-               60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+E2E_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 REQUEST_BUCKETS = E2E_BUCKETS  # vLLM's for queue, prefill, decode and inference time
 TPOT_BUCKETS = ITL_BUCKETS
 FINISHED_REASONS = ("stop", "length", "abort", "error")  # abort: the client left; error: we failed
@@ -92,42 +154,81 @@ class ServerMetrics:
         self.waiting = make(Gauge, "vllm:num_requests_waiting", "Requests waiting for a slot.")
         self.prompt_tokens = make(Counter, "vllm:prompt_tokens", "Prompt tokens prefilled.")
         self.generation_tokens = make(Counter, "vllm:generation_tokens", "Tokens generated.")
-        self.ttft = make(Histogram, "vllm:time_to_first_token_seconds",
-                         "Time to first token in seconds.", buckets=TTFT_BUCKETS)
-        self.itl = make(Histogram, "vllm:inter_token_latency_seconds",
-                        "Inter-token latency in seconds.", buckets=ITL_BUCKETS)
-        self.e2e = make(Histogram, "vllm:e2e_request_latency_seconds",
-                        "End-to-end request latency in seconds.", buckets=E2E_BUCKETS)
+        self.ttft = make(
+            Histogram,
+            "vllm:time_to_first_token_seconds",
+            "Time to first token in seconds.",
+            buckets=TTFT_BUCKETS,
+        )
+        self.itl = make(
+            Histogram,
+            "vllm:inter_token_latency_seconds",
+            "Inter-token latency in seconds.",
+            buckets=ITL_BUCKETS,
+        )
+        self.e2e = make(
+            Histogram,
+            "vllm:e2e_request_latency_seconds",
+            "End-to-end request latency in seconds.",
+            buckets=E2E_BUCKETS,
+        )
         self.drafts = make(Counter, "vllm:spec_decode_num_drafts", "Speculative drafts.")
         self.draft_tokens = make(Counter, "vllm:spec_decode_num_draft_tokens", "Draft tokens.")
-        self.accepted_tokens = make(Counter, "vllm:spec_decode_num_accepted_tokens",
-                                    "Accepted draft tokens.")
-        per_pos = Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
-                          "Accepted draft tokens at each position of the draft.",
-                          [*labels, "position"], registry=self.registry)
+        self.accepted_tokens = make(
+            Counter, "vllm:spec_decode_num_accepted_tokens", "Accepted draft tokens."
+        )
+        per_pos = Counter(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted draft tokens at each position of the draft.",
+            [*labels, "position"],
+            registry=self.registry,
+        )
         self.per_pos = lambda i: per_pos.labels(**labels, position=str(i))
         for i in range(positions):  # every position shows, 0 until a round accepts there
             self.per_pos(i)
-        self.kv_usage = make(Gauge, "vllm:kv_cache_usage_perc",
-                             "KV-cache usage: tokens the busy slots hold over slots x max_len "
-                             "(1 = full; the memory itself is preallocated whole).")
-        phases = {"queue": "Time spent waiting for a slot", "prefill": "Time from a slot to "
-                  "the first token", "decode": "Time from the first token to the last",
-                  "inference": "Time from a slot to the last token"}
-        self.phase = {name: make(Histogram, f"vllm:request_{name}_time_seconds",
-                                 f"{doc}, in seconds.", buckets=REQUEST_BUCKETS)
-                      for name, doc in phases.items()}
-        self.tpot = make(Histogram, "vllm:request_time_per_output_token_seconds",
-                         "A request's decode time over its tokens after the first, in seconds.",
-                         buckets=TPOT_BUCKETS)
-        success = Counter("vllm:request_success", "Successfully processed requests.",
-                          [*labels, "finished_reason"], registry=self.registry)
+        self.kv_usage = make(
+            Gauge,
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage: tokens the busy slots hold over slots x max_len "
+            "(1 = full; the memory itself is preallocated whole).",
+        )
+        phases = {
+            "queue": "Time spent waiting for a slot",
+            "prefill": "Time from a slot to the first token",
+            "decode": "Time from the first token to the last",
+            "inference": "Time from a slot to the last token",
+        }
+        self.phase = {
+            name: make(
+                Histogram,
+                f"vllm:request_{name}_time_seconds",
+                f"{doc}, in seconds.",
+                buckets=REQUEST_BUCKETS,
+            )
+            for name, doc in phases.items()
+        }
+        self.tpot = make(
+            Histogram,
+            "vllm:request_time_per_output_token_seconds",
+            "A request's decode time over its tokens after the first, in seconds.",
+            buckets=TPOT_BUCKETS,
+        )
+        success = Counter(
+            "vllm:request_success",
+            "Successfully processed requests.",
+            [*labels, "finished_reason"],
+            registry=self.registry,
+        )
         self.success = {r: success.labels(**labels, finished_reason=r) for r in FINISHED_REASONS}
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes and the rest
-        self.kv_cache_bytes = make(Gauge, "nanospec:kv_cache_bytes",
-                                   "Bytes of the target's KV cache, every slot.")
-        self.draft_state_bytes = make(Gauge, "nanospec:draft_state_bytes",
-                                      "Bytes of the drafter's state (0 without one), every slot.")
+        self.kv_cache_bytes = make(
+            Gauge, "nanospec:kv_cache_bytes", "Bytes of the target's KV cache, every slot."
+        )
+        self.draft_state_bytes = make(
+            Gauge,
+            "nanospec:draft_state_bytes",
+            "Bytes of the drafter's state (0 without one), every slot.",
+        )
 
     def memory(self, state) -> None:
         """Set the memory gauges from the engine's state pytree: its `cache` (the target's),
@@ -158,8 +259,9 @@ class ServerMetrics:
         self.success[reason].inc()
         self.e2e.observe(seconds)
 
-    def phases(self, arrived: float, admitted: float, first: float | None, last: float | None,
-               tokens: int) -> None:
+    def phases(
+        self, arrived: float, admitted: float, first: float | None, last: float | None, tokens: int
+    ) -> None:
         """The phases of a request that held a slot, from its times (perf_counter seconds):
         arrived, admitted (its insert began), its first and last token's steps, if any."""
         self.phase["queue"].observe(admitted - arrived)

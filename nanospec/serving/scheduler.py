@@ -117,17 +117,25 @@ class Scheduler:
         with self.cond:
             if self.draining or not self.alive:
                 why = "is shutting down" if self.crashed is None else "has lost its engine"
-                raise ApiError(503, f"The server {why} and takes no new requests.",
-                               code="service_unavailable", kind="server_error")
+                raise ApiError(
+                    503,
+                    f"The server {why} and takes no new requests.",
+                    code="service_unavailable",
+                    kind="server_error",
+                )
             # subtle: count every job in flight against slots + queue, not the queue alone: a
             # burst arrives faster than the engine thread moves jobs into free slots, and
             # those jobs, still in `waiting`, would fill the queue while slots stand empty.
             in_flight = len(self.waiting) + len(self.admitting) + len(self.running)
             if in_flight + len(jobs) > self.engine.n_slots + self.max_queue:
-                raise ApiError(429, f"The server is full ({self.engine.n_slots} requests "
-                                    f"decoding and {self.max_queue} waiting for a slot); try "
-                                    f"again shortly.", code="rate_limit_exceeded",
-                               kind="rate_limit_error")
+                raise ApiError(
+                    429,
+                    f"The server is full ({self.engine.n_slots} requests "
+                    f"decoding and {self.max_queue} waiting for a slot); try "
+                    f"again shortly.",
+                    code="rate_limit_exceeded",
+                    kind="rate_limit_error",
+                )
             self.waiting.extend(jobs)
             self.metrics.waiting.set(len(self.waiting))
             self.cond.notify()
@@ -170,8 +178,11 @@ class Scheduler:
         except BaseException as e:  # a bug in this loop itself: no job can be trusted now
             self.crashed = f"{type(e).__name__}: {e}"
             traceback.print_exc()
-            error = ApiError(500, f"The engine stopped ({self.crashed}); the server is "
-                                  f"exiting.", kind="server_error")
+            error = ApiError(
+                500,
+                f"The engine stopped ({self.crashed}); the server is exiting.",
+                kind="server_error",
+            )
             with self.cond:
                 jobs = [*self.admitting, *self.running.values(), *self.waiting]
                 self.waiting.clear()
@@ -184,8 +195,9 @@ class Scheduler:
         """The load gauges: requests running and waiting, and the share of every slot's KV
         cache that holds a token (a busy slot holds its prompt and what it generated)."""
         held = sum(len(job.request.prompt) + job.tokens for job in self.running.values())
-        self.metrics.load(len(self.running), len(self.waiting),
-                          held / (self.engine.n_slots * self.engine.max_len))
+        self.metrics.load(
+            len(self.running), len(self.waiting), held / (self.engine.n_slots * self.engine.max_len)
+        )
 
     def fail(self, job: Job, e: Exception, slot: int | None = None) -> None:
         """An unexpected error `e` on `job` alone: answer its client with a 500 and free its
@@ -195,9 +207,18 @@ class Scheduler:
             self.end(slot, job, "error")
         else:
             self.metrics.finished("error", time.perf_counter() - job.arrived)
-        job.post(Delta("", job.tokens, None, ApiError(
-            500, f"The server failed on this request ({type(e).__name__}: {e}).",
-            kind="server_error")))
+        job.post(
+            Delta(
+                "",
+                job.tokens,
+                None,
+                ApiError(
+                    500,
+                    f"The server failed on this request ({type(e).__name__}: {e}).",
+                    kind="server_error",
+                ),
+            )
+        )
 
     def wait_for_work(self) -> bool:
         """Sleep until there is a job (True) or we are stopping with none left (False)."""
@@ -278,8 +299,13 @@ class Scheduler:
             if job.text.stopped:
                 break
         if job.tokens > before:
-            self.metrics.step(job.tokens - before, now - (job.last or job.arrived),
-                              job.last is None, out.drafted, out.accepted)
+            self.metrics.step(
+                job.tokens - before,
+                now - (job.last or job.arrived),
+                job.last is None,
+                out.drafted,
+                out.accepted,
+            )
             job.first, job.last = job.first or now, now
         finish = None
         if job.text.stopped:

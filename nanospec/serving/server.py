@@ -102,8 +102,9 @@ async def create_completion(body: CompletionBody, request: HttpRequest):
         # still an HTTP error rather than an error inside a 200 stream.
         first = await choices.next(gone)
         if body.stream:
-            return StreamingResponse(svc.events(choices, first, body, cid),
-                                     media_type="text/event-stream")
+            return StreamingResponse(
+                svc.events(choices, first, body, cid), media_type="text/event-stream"
+            )
         texts, finish = [[] for _ in choices.jobs], [None] * len(choices.jobs)
         index, delta = first
         while True:
@@ -161,35 +162,40 @@ async def health(request: HttpRequest):
     parses what it gets — the 503 beside it is JSON too.)"""
     if request.app.state.service.scheduler.alive:
         return {"status": "ok"}
-    return error_response(ApiError(503, "The engine thread is not running.",
-                                   kind="server_error"))
+    return error_response(ApiError(503, "The engine thread is not running.", kind="server_error"))
 
 
 async def metrics(request: HttpRequest):
-    return Response(request.app.state.service.metrics.exposition(),
-                    media_type=CONTENT_TYPE_LATEST)
+    return Response(request.app.state.service.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
 def naming_the_model(openapi, served_name: str):
     """FastAPI's schema with the one value `model` may take named (an enum) in every body and
     path that has it: any other name is a 404, and a client or a fuzzer reading the schema
     should know that (schemathesis otherwise spends its cases on model_not_found)."""
+
     def schema() -> dict:
         spec = openapi()  # FastAPI builds it once and keeps it
         for body in spec["components"]["schemas"].values():
             model = body.get("properties", {}).get("model")
-            for branch in (model.get("anyOf", [model]) if model else []):
+            for branch in model.get("anyOf", [model]) if model else []:
                 if branch.get("type") == "string":
                     branch["enum"] = [served_name]
         for param in spec["paths"]["/v1/models/{model_id}"]["get"]["parameters"]:
             param["schema"]["enum"] = [served_name]
         return spec
+
     return schema
 
 
-def build_app(engine: Engine, tokenizer, served_name: str = "nanospec",
-              max_queue: int = 64, max_body_bytes: int = MAX_BODY_BYTES,
-              api_key: str | None = None) -> FastAPI:
+def build_app(
+    engine: Engine,
+    tokenizer,
+    served_name: str = "nanospec",
+    max_queue: int = 64,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    api_key: str | None = None,
+) -> FastAPI:
     """The HTTP app over `engine` (with `api_key`, the guarded routes need it); its lifespan
     starts the engine thread and, at shutdown, drains and stops it."""
     meters = ServerMetrics(served_name, positions=engine.loop.depth)
@@ -203,20 +209,41 @@ def build_app(engine: Engine, tokenizer, served_name: str = "nanospec",
         await asyncio.to_thread(scheduler.stop)
 
     app = FastAPI(title="nanospec", lifespan=lifespan)
-    app.state.service = Service(served_name, tokenizer, engine.max_len, scheduler,
-                                meters, int(time.time()), target_scorer(engine))
-    app.add_api_route("/v1/completions", create_completion, methods=["POST"],
-                      responses=ERRORS)
+    app.state.service = Service(
+        served_name,
+        tokenizer,
+        engine.max_len,
+        scheduler,
+        meters,
+        int(time.time()),
+        target_scorer(engine),
+    )
+    app.add_api_route("/v1/completions", create_completion, methods=["POST"], responses=ERRORS)
     app.add_api_route("/v1/models", list_models, methods=["GET"])
-    app.add_api_route("/v1/models/{model_id:path}", retrieve_model, methods=["GET"],
-                      responses={404: {"model": ErrorBody, "description": "No such model."},
-                                 "default": ERRORS["default"]})
+    app.add_api_route(
+        "/v1/models/{model_id:path}",
+        retrieve_model,
+        methods=["GET"],
+        responses={
+            404: {"model": ErrorBody, "description": "No such model."},
+            "default": ERRORS["default"],
+        },
+    )
     app.add_api_route("/tokenize", tokenize, methods=["POST"], responses=ERRORS)
     app.add_api_route("/detokenize", detokenize, methods=["POST"], responses=ERRORS)
     app.add_api_route("/health", health, methods=["GET"])
-    app.add_api_route("/metrics", metrics, methods=["GET"], response_class=PlainTextResponse,
-                      responses={200: {"description": "Prometheus's text format",
-                                       "content": {"text/plain": {"schema": {"type": "string"}}}}})
+    app.add_api_route(
+        "/metrics",
+        metrics,
+        methods=["GET"],
+        response_class=PlainTextResponse,
+        responses={
+            200: {
+                "description": "Prometheus's text format",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            }
+        },
+    )
     app.openapi = naming_the_model(app.openapi, served_name)
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, invalid_request)

@@ -59,13 +59,22 @@ class Service:
     def check_model(self, name: str | None) -> None:
         """A model named (None: left out, where that is allowed) must be the served one."""
         if name is not None and name != self.name:
-            raise ApiError(404, f"The model {name!r} does not exist; this server serves "
-                                f"{self.name!r}.", "model", "model_not_found")
+            raise ApiError(
+                404,
+                f"The model {name!r} does not exist; this server serves {self.name!r}.",
+                "model",
+                "model_not_found",
+            )
 
     def model(self) -> dict:
         """The served model, as GET /v1/models lists it (with vLLM's max_model_len)."""
-        return {"id": self.name, "object": "model", "created": self.created,
-                "owned_by": "nanospec", "max_model_len": self.n_ctx}
+        return {
+            "id": self.name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "nanospec",
+            "max_model_len": self.n_ctx,
+        }
 
     @property
     def vocab(self) -> int:
@@ -85,9 +94,13 @@ class Service:
             except UserError as e:
                 raise ApiError(400, str(e), "prompt") from None
         if len(ids) >= self.n_ctx:
-            raise ApiError(400, f"The prompt is {len(ids)} tokens long but a request here holds "
-                                f"{self.n_ctx}, leaving no room to generate; shorten it.",
-                           "prompt", "context_length_exceeded")
+            raise ApiError(
+                400,
+                f"The prompt is {len(ids)} tokens long but a request here holds "
+                f"{self.n_ctx}, leaving no room to generate; shorten it.",
+                "prompt",
+                "context_length_exceeded",
+            )
         return ids
 
     async def open(self, body: CompletionBody) -> "Choices":
@@ -100,34 +113,69 @@ class Service:
         max_new = [max_new_tokens(body, len(p), self.n_ctx) for p in ids]
         room = self.scheduler.engine.n_slots + self.scheduler.max_queue
         if len(ids) * n > room:
-            raise ApiError(400, f"This request asks for {len(ids) * n} completions but this "
-                                f"server holds {room} at once ({self.scheduler.engine.n_slots} "
-                                f"slots and a queue of {self.scheduler.max_queue}); lower n or "
-                                f"send fewer prompts.", "n" if n > 1 else "prompt")
+            raise ApiError(
+                400,
+                f"This request asks for {len(ids) * n} completions but this "
+                f"server holds {room} at once ({self.scheduler.engine.n_slots} "
+                f"slots and a queue of {self.scheduler.max_queue}); lower n or "
+                f"send fewer prompts.",
+                "n" if n > 1 else "prompt",
+            )
         seed = secrets.randbelow(INT32_MAX + 1) if body.seed is None else body.seed
         loop, stop_ids = asyncio.get_running_loop(), tuple(body.stop_token_ids or ())
         # Choice i of each prompt samples with seed + i (past int32, wrapped round to 0), so a
         # list of prompts is answered exactly as each prompt sent alone with the same seed.
-        jobs = [Job(Request(p, most, *sampling(body), seed=(seed + i) % (INT32_MAX + 1),
-                            ignore_eos=body.ignore_eos, stop_ids=stop_ids,
-                            min_new=body.min_tokens),
-                    TextStream(self.tok, stops(body), body.min_tokens), loop)
-                for p, most in zip(ids, max_new) for i in range(n)]
+        jobs = [
+            Job(
+                Request(
+                    p,
+                    most,
+                    *sampling(body),
+                    seed=(seed + i) % (INT32_MAX + 1),
+                    ignore_eos=body.ignore_eos,
+                    stop_ids=stop_ids,
+                    min_new=body.min_tokens,
+                ),
+                TextStream(self.tok, stops(body), body.min_tokens),
+                loop,
+            )
+            for p, most in zip(ids, max_new)
+            for i in range(n)
+        ]
         if body.max_tokens != 0:  # 0 (with echo): the prompts are scored, nothing is run
             self.scheduler.submit(*jobs)
         return Choices(jobs, self.scheduler, n)
 
-    async def reply(self, choices: "Choices", texts: list[str], finish: list[str | None],
-                    body: CompletionBody, cid: str) -> dict:
+    async def reply(
+        self,
+        choices: "Choices",
+        texts: list[str],
+        finish: list[str | None],
+        body: CompletionBody,
+        cid: str,
+    ) -> dict:
         """The whole completion: every choice's text, with its prompt's first (echo) and its
         logprobs, scored on worker threads (logprobs.py), if the body asks for them."""
-        scored = await asyncio.gather(*(
-            echo_and_logprobs(self.score, self.tok, job.request.prompt, job.ids, text,
-                              bool(body.echo), body.logprobs)
-            for job, text in zip(choices.jobs, texts)))
-        return completion(cid, self.name, [choice(text, f, i, lp) for i, ((text, lp), f)
-                                           in enumerate(zip(scored, finish))],
-                          usage=choices.usage())
+        scored = await asyncio.gather(
+            *(
+                echo_and_logprobs(
+                    self.score,
+                    self.tok,
+                    job.request.prompt,
+                    job.ids,
+                    text,
+                    bool(body.echo),
+                    body.logprobs,
+                )
+                for job, text in zip(choices.jobs, texts)
+            )
+        )
+        return completion(
+            cid,
+            self.name,
+            [choice(text, f, i, lp) for i, ((text, lp), f) in enumerate(zip(scored, finish))],
+            usage=choices.usage(),
+        )
 
     async def prompts_only(self, choices: "Choices", body: CompletionBody, cid: str):
         """echo with max_tokens 0: each prompt's text (and logprobs), nothing generated
@@ -143,10 +191,12 @@ class Service:
             if body.stream_options and body.stream_options.include_usage:
                 yield sse(completion(cid, self.name, [], usage=whole["usage"]))
             yield "data: [DONE]\n\n"
+
         return StreamingResponse(events(), media_type="text/event-stream")
 
-    async def events(self, choices: "Choices", first: tuple[int, Delta], body: CompletionBody,
-                     cid: str):
+    async def events(
+        self, choices: "Choices", first: tuple[int, Delta], body: CompletionBody, cid: str
+    ):
         """The stream of server-sent events, from the first delta to `data: [DONE]`: each
         chunk carries one choice's new text, at that choice's index."""
         options = body.stream_options
@@ -163,8 +213,14 @@ class Service:
                     if index not in echoed:
                         text = echo_text(self.tok, choices.jobs[index].request.prompt) + text
                         echoed.add(index)
-                    yield sse(completion(cid, self.name, [choice(text, delta.finish, index)],
-                                         **(extra if with_usage else {})))
+                    yield sse(
+                        completion(
+                            cid,
+                            self.name,
+                            [choice(text, delta.finish, index)],
+                            **(extra if with_usage else {}),
+                        )
+                    )
                 if choices.done:
                     break
                 index, delta = await choices.next()
@@ -206,8 +262,10 @@ class Choices:
             if i not in self.finished and i not in self.getting:
                 self.getting[i] = asyncio.ensure_future(job.next())
         try:
-            await asyncio.wait({*self.getting.values(), *([gone] if gone else [])},
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {*self.getting.values(), *([gone] if gone else [])},
+                return_when=asyncio.FIRST_COMPLETED,
+            )
             ready = [i for i, f in self.getting.items() if f.done()]
             if not ready:
                 raise ApiError(499, "The client closed the request.", kind="client_closed")

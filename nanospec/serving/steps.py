@@ -25,12 +25,14 @@ def put_row(rows, one, at):
     A leaf's batch axis is the axis where the two shapes differ (a cache may keep its layers
     first); a scalar of `one` (its key, its round counter) is that row's entry of a per-row
     vector; with one slot the shapes agree and the whole leaf is replaced."""
+
     def leaf(all_, x):
         x = x.reshape((1,) * (all_.ndim - x.ndim) + x.shape)
         axis = next((i for i, (a, b) in enumerate(zip(all_.shape, x.shape)) if a != b), None)
         if axis is None:
             return x
         return jax.lax.dynamic_update_slice_in_dim(all_, x, at, axis)
+
     return jax.tree.map(leaf, rows, one)
 
 
@@ -58,11 +60,15 @@ def step_loops(loop, policy, max_len: int | None = None) -> dict:
     if policy is None:
         return {None: replace(loop, shared=False, capacity=cache_size_for(n_ctx, loop.block))}
     if loop.drafter is None or not loop.proposer.gamma_can_change:
-        raise UserError("Adaptive speculation needs chain drafting by the draft model or "
-                        "prompt lookup (--method draft or ngram).")
+        raise UserError(
+            "Adaptive speculation needs chain drafting by the draft model or "
+            "prompt lookup (--method draft or ngram)."
+        )
     top = max(policy.gammas)
-    return {g: replace(loop, shared=False, capacity=cache_size_for(n_ctx, top + 1), gamma=g or top)
-            for g in sorted(set(policy.gammas) | {top})}
+    return {
+        g: replace(loop, shared=False, capacity=cache_size_for(n_ctx, top + 1), gamma=g or top)
+        for g in sorted(set(policy.gammas) | {top})
+    }
 
 
 def round_at(gamma, spec):
@@ -75,6 +81,8 @@ def redraft(spec, dparams, state):
     model's cache; prompt lookup has none): how drafting resumes after plain steps
     (`adaptive.plain_round`), which left it behind."""
     n_ctx = spec.cfg.n_ctx
-    return state._replace(dstate=spec.proposer.resync(dparams, state.dstate,
-                                                      state.seq[:, :n_ctx], state.length,
-                                                      spec.cache_size))
+    return state._replace(
+        dstate=spec.proposer.resync(
+            dparams, state.dstate, state.seq[:, :n_ctx], state.length, spec.cache_size
+        )
+    )

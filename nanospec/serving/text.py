@@ -68,8 +68,9 @@ class TextStream:
         return self._release(text + self._decode(ids[n_early:]))
 
     def _decode(self, ids: list[int]) -> str:
-        return self.decoder.decode(b"".join(self.tok.token_bytes(i) for i in ids
-                                            if i != self.tok.eos_id))
+        return self.decoder.decode(
+            b"".join(self.tok.token_bytes(i) for i in ids if i != self.tok.eos_id)
+        )
 
     def finish(self) -> str:
         """The rest: the held-back tail (no stop can complete now) and any cut-off bytes."""
@@ -82,15 +83,17 @@ class TextStream:
     def _release(self, text: str) -> str:
         """Send `text` up to the first stop string that ends past the early text (and stop
         there), or up to what is held."""
-        cut = min((i for i in (first_end_past(text, s, self.early) for s in self.stops)
-                   if i >= 0), default=-1)
+        cut = min(
+            (i for i in (first_end_past(text, s, self.early) for s in self.stops) if i >= 0),
+            default=-1,
+        )
         if cut >= 0:
             self.stopped, self.pending = True, ""
             return text[:cut]
         keep = held_back(text, self.stops)
-        self.pending = text[len(text) - keep:]
+        self.pending = text[len(text) - keep :]
         self.early = max(0, self.early - (len(text) - keep))  # now counted within pending
-        return text[:len(text) - keep]
+        return text[: len(text) - keep]
 
 
 def first_end_past(text: str, stop: str, early: int) -> int:

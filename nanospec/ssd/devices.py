@@ -52,8 +52,7 @@ def _build(spec: SSDSpeculator, dparams, view: SpecState, drafted, sp):
     return spec.proposer.build(dparams, view, drafted, sp)
 
 
-def _settle(spec: SSDSpeculator, params, state: SpecState, drafted, stats: RoundStats, sp,
-            max_new):
+def _settle(spec: SSDSpeculator, params, state: SpecState, drafted, stats: RoundStats, sp, max_new):
     """On the target's device: one target pass, the verify rule and the commit (the round
     settled, without SSD's hook), the counters, the outcome (k, t*) and whether every row is
     done (computed here: one fewer program for the host to dispatch each round)."""
@@ -63,9 +62,12 @@ def _settle(spec: SSDSpeculator, params, state: SpecState, drafted, stats: Round
     return new_state, stats, outcome, jnp.all(new_state.done)
 
 
-_prefill_jit = jax.jit(lambda spec, params, dparams, tokens, lengths, key:
-                       spec.prefill(params, dparams, tokens, lengths, key),
-                       static_argnames=("spec",))
+_prefill_jit = jax.jit(
+    lambda spec, params, dparams, tokens, lengths, key: spec.prefill(
+        params, dparams, tokens, lengths, key
+    ),
+    static_argnames=("spec",),
+)
 _draft_jit = jax.jit(_draft, static_argnames=("spec",), donate_argnames=("view",))
 _build_jit = jax.jit(_build, static_argnames=("spec",))
 _settle_jit = jax.jit(_settle, static_argnames=("spec",), donate_argnames=("state",))
@@ -81,8 +83,18 @@ class Timed(NamedTuple):
     tokens: list[int]  # tokens the round emitted (all rows)
 
 
-def run_two_devices(spec: SSDSpeculator, params, dparams, tokens, lengths, key, sp,
-                    max_new: int, devices, timed: bool = False):
+def run_two_devices(
+    spec: SSDSpeculator,
+    params,
+    dparams,
+    tokens,
+    lengths,
+    key,
+    sp,
+    max_new: int,
+    devices,
+    timed: bool = False,
+):
     """Generate with the target on devices[0] and the drafter on devices[1] -> (state, stats),
     or (state, stats, Timed) with `timed`: then every program is waited for on its own, so
     nothing overlaps and each one's cost is read off the clock (the timeline model's inputs).
@@ -116,8 +128,9 @@ def run_two_devices(spec: SSDSpeculator, params, dparams, tokens, lengths, key, 
         drafted, view = wait(draft(dparams=dparams_d, view=view, sp=sp_d))
         t1 = time.perf_counter()
         before = view  # build reads the text as it was before this round's verdict
-        args = dict(params=params, state=state, drafted=to_t(drafted), stats=stats, sp=sp_t,
-                    max_new=max_new)
+        args = dict(
+            params=params, state=state, drafted=to_t(drafted), stats=stats, sp=sp_t, max_new=max_new
+        )
         settle = settle or program(_settle_jit, target, **args)
         state, stats, outcome, finished = wait(settle(**args))
         t2 = time.perf_counter()
@@ -126,8 +139,9 @@ def run_two_devices(spec: SSDSpeculator, params, dparams, tokens, lengths, key, 
         cache = wait(build(**args))
         t3 = time.perf_counter()
         seq, length, step, outcome = copy_d((state.seq, state.length, state.step, outcome))
-        view = view._replace(seq=seq, length=length, step=step,
-                             dstate=cache._replace(outcome=outcome))
+        view = view._replace(
+            seq=seq, length=length, step=step, dstate=cache._replace(outcome=outcome)
+        )
         if timed:
             clock.draft_s.append(t1 - t0)
             clock.all_hit.append(bool(jnp.all(drafted.cached | ~live)))

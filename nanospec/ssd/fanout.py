@@ -39,14 +39,16 @@ def geometric_fanout(budget: int, a: float, r: float, gamma: int) -> tuple[int, 
     (2, 2, 1, 3)
     """
     if budget < gamma + 1:
-        raise UserError(f"A fan-out budget of {budget} cannot cover the {gamma + 1} outcomes "
-                        f"k = 0..{gamma}; give at least {gamma + 1}.")
+        raise UserError(
+            f"A fan-out budget of {budget} cannot cover the {gamma + 1} outcomes "
+            f"k = 0..{gamma}; give at least {gamma + 1}."
+        )
     k = np.arange(gamma + 1)
-    p = np.where(k < gamma, a ** k * (1 - a), a ** gamma)
+    p = np.where(k < gamma, a**k * (1 - a), a**gamma)
     w = p ** (1 / (1 + r))
     share = (budget - (gamma + 1)) * w / w.sum()  # one each first, the rest by weight
     f = 1 + np.floor(share).astype(int)
-    for i in np.argsort(-(share - np.floor(share)))[:budget - f.sum()]:
+    for i in np.argsort(-(share - np.floor(share)))[: budget - f.sum()]:
         f[i] += 1
     return tuple(int(x) for x in f)
 
@@ -70,13 +72,16 @@ def parse_fanout(text: str, gamma: int, temperature: float = 1.0) -> tuple[int, 
             return geometric_fanout(int(text.split(":", 1)[1]), a, r, gamma)
         values = tuple(int(x) for x in text.split(","))
     except ValueError:
-        raise UserError(f"--fanout takes F, F0,..,Fγ or geometric:BUDGET (whole numbers), "
-                        f"got {text!r}.") from None
+        raise UserError(
+            f"--fanout takes F, F0,..,Fγ or geometric:BUDGET (whole numbers), got {text!r}."
+        ) from None
     if len(values) == 1:
         return uniform_fanout(values[0], gamma)
     if len(values) != gamma + 1:
-        raise UserError(f"--fanout {text} gives {len(values)} counts; γ = {gamma} needs "
-                        f"{gamma + 1}, one per k = 0..{gamma}.")
+        raise UserError(
+            f"--fanout {text} gives {len(values)} counts; γ = {gamma} needs "
+            f"{gamma + 1}, one per k = 0..{gamma}."
+        )
     return values
 
 

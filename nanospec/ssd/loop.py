@@ -98,8 +98,9 @@ def saguaro(q: jax.Array, f, c: float, f_max: int | None = None) -> jax.Array:
     return q / jnp.sum(q, axis=-1, keepdims=True)
 
 
-def outcome_keys(logits: jax.Array, drafts: jax.Array, branch_k: np.ndarray,
-                 branch_rank: np.ndarray) -> jax.Array:
+def outcome_keys(
+    logits: jax.Array, drafts: jax.Array, branch_k: np.ndarray, branch_rank: np.ndarray
+) -> jax.Array:
     """The t* of every branch: at position k+1 the draft model's likeliest tokens, x_{k+1} left
     out for k < γ (a rejected draft is never its own correction), ranked by logits.
 
@@ -134,8 +135,12 @@ class SSDProposer(Proposer):
     predrafts = True
 
     def settings(self) -> dict:
-        return {"gamma": self.gamma, "fanout": list(self.fanout), "saguaro_c": self.saguaro_c,
-                "backup": self.backup}
+        return {
+            "gamma": self.gamma,
+            "fanout": list(self.fanout),
+            "saguaro_c": self.saguaro_c,
+            "backup": self.backup,
+        }
 
     def kv_models(self) -> tuple:  # its own draft cache, and one per branch
         return self.drafter.kv_models() * (1 + len(self.branch_k))
@@ -152,11 +157,15 @@ class SSDProposer(Proposer):
 
     def check(self) -> None:
         if len(self.fanout) != self.gamma + 1 or min(self.fanout) < 0 or sum(self.fanout) < 1:
-            raise UserError(f"The fan-out needs one count per k = 0..{self.gamma}, each at "
-                            f"least 0 and one branch in all; got {list(self.fanout)}.")
+            raise UserError(
+                f"The fan-out needs one count per k = 0..{self.gamma}, each at "
+                f"least 0 and one branch in all; got {list(self.fanout)}."
+            )
         if max(self.fanout) > self.vocab_size - 1:
-            raise UserError(f"A fan-out of {max(self.fanout)} exceeds the {self.vocab_size - 1} "
-                            f"tokens a correction can be.")
+            raise UserError(
+                f"A fan-out of {max(self.fanout)} exceeds the {self.vocab_size - 1} "
+                f"tokens a correction can be."
+            )
         if not 0 < self.saguaro_c <= 1:
             raise UserError(f"Saguaro's C must be in (0, 1], got {self.saguaro_c}.")
         if self.backup not in BACKUPS:
@@ -179,9 +188,13 @@ class SSDProposer(Proposer):
     def init(self, dparams, tokens, lengths, hidden, capacity) -> SSDState:
         """The draft model's cache, and an empty speculation cache (round 1 always misses)."""
         B, K, V = tokens.shape[0], len(self.branch_k), self.vocab_size
-        return SSDState(self.drafter.init(dparams, tokens, lengths, hidden, capacity=capacity),
-                        jnp.full((B, K), -1, jnp.int32), jnp.zeros((B, K, self.gamma), jnp.int32),
-                        jnp.zeros((B, K, self.gamma, V), jnp.float32), jnp.full((B, 2), -1, jnp.int32))
+        return SSDState(
+            self.drafter.init(dparams, tokens, lengths, hidden, capacity=capacity),
+            jnp.full((B, K), -1, jnp.int32),
+            jnp.zeros((B, K, self.gamma), jnp.int32),
+            jnp.zeros((B, K, self.gamma, V), jnp.float32),
+            jnp.full((B, 2), -1, jnp.int32),
+        )
 
     def propose(self, dparams, s: SSDState, seq, length, key, sp: SamplingParams):
         """The cached branch that matches the last outcome, or the backup's drafts on a miss."""
@@ -193,13 +206,14 @@ class SSDProposer(Proposer):
         def backup(carry):  # only rows that missed keep these
             drafts, q, cache = carry
             if self.backup == "neural":
-                d, dq, cache = self.drafter.propose(dparams, cache, seq, length, fold_keys(key, 0), sp,
-                                                    self.gamma, self.tilt)
+                d, dq, cache = self.drafter.propose(
+                    dparams, cache, seq, length, fold_keys(key, 0), sp, self.gamma, self.tilt
+                )
             else:
                 d, dq, _ = PromptLookup(self.vocab_size, skip_unmatched=False).propose(
-                    (), (), seq, length, key, sp, self.gamma)
-            return (jnp.where(hit[:, None], drafts, d), jnp.where(hit[:, None, None], q, dq),
-                    cache)
+                    (), (), seq, length, key, sp, self.gamma
+                )
+            return (jnp.where(hit[:, None], drafts, d), jnp.where(hit[:, None, None], q, dq), cache)
 
         # subtle: the backup runs only if some row missed (run_if); a neural backup also
         # rewrites the draft cache from length − 2 on, which `build` re-reads anyway.
@@ -218,8 +232,9 @@ class SSDProposer(Proposer):
         block = jnp.concatenate([last, proposal.drafts], axis=1)  # (B, γ+1)
         positions = (state.length - 1)[:, None] + jnp.arange(G + 1)  # (B, γ+1)
         d = self.drafter
-        logits, _, cache = forward(d.graphdef, dparams, block, positions,
-                                   rollback(s.draft, state.length - 1))
+        logits, _, cache = forward(
+            d.graphdef, dparams, block, positions, rollback(s.draft, state.length - 1)
+        )
         t = outcome_keys(logits, proposal.drafts, k, self.branch_rank)  # (B, K)
         # Branch j's context: the committed tokens, x₁..x_k, then t* at position length + k.
         write = lambda row, x, start: jax.lax.dynamic_update_slice(row, x, (start,))
@@ -228,22 +243,25 @@ class SSDProposer(Proposer):
         where = (state.length[:, None] + jnp.asarray(k)[None, :]).reshape(-1)  # (B·K,)
         seq = seq.at[jnp.arange(B * K), where].set(t.reshape(-1))
         branch_cache = jax.tree.map(lambda x: jnp.repeat(x, K, axis=0), cache)
-        drafts, q, _ = d.propose(dparams, branch_cache, seq, where + 1, key, sp.repeat(K), G,
-                                 self.tilt)
+        drafts, q, _ = d.propose(
+            dparams, branch_cache, seq, where + 1, key, sp.repeat(K), G, self.tilt
+        )
         V = q.shape[-1]
-        return s._replace(draft=cache, t=t, drafts=drafts.reshape(B, K, G),
-                          q=q.reshape(B, K, G, V))
+        return s._replace(draft=cache, t=t, drafts=drafts.reshape(B, K, G), q=q.reshape(B, K, G, V))
 
-    def after_round(self, dparams, before: SpecState, proposal: Proposal, sp, state: SpecState,
-                    trace: StepTrace):
+    def after_round(
+        self, dparams, before: SpecState, proposal: Proposal, sp, state: SpecState, trace: StepTrace
+    ):
         """The hook: the next round's cache, built from what the judge saw (`before`) and the
         drafts — never from the verdict, which only says which branch the next round looks
         up (the outcome). That independence is what lets the two run at once (devices.py)."""
         cache = self.build(dparams, before, proposal, sp)
         v = trace.verdict
         outcome = jnp.stack([v.n_accepted, v.token], axis=1)
-        return (state._replace(dstate=cache._replace(outcome=outcome)),
-                trace._replace(ahead=Ahead(jnp.asarray(self.branch_k), cache.t)))
+        return (
+            state._replace(dstate=cache._replace(outcome=outcome)),
+            trace._replace(ahead=Ahead(jnp.asarray(self.branch_k), cache.t)),
+        )
 
     def events(self, trace: StepTrace, tok, round_idx: int, events: list[dict]) -> list[dict]:
         """Each row's round starts with an `ssd` event: where its drafts came from, the
@@ -256,11 +274,21 @@ class SSDProposer(Proposer):
             b = e["row"]
             if b not in seen:  # the row's first event: say where its drafts came from
                 seen.add(b)
-                out.append({"schema": SCHEMA, "round": round_idx, "row": b, "type": "ssd",
-                            "hit": bool(hit[b]), "source": "cache" if hit[b] else "backup",
-                            "outcome": [int(k[b]), int(token[b])],
-                            "cache": [[int(j), int(x), tok.token_str(int(x))]
-                                      for j, x in zip(branch_k, branch_t[b])]})
+                out.append(
+                    {
+                        "schema": SCHEMA,
+                        "round": round_idx,
+                        "row": b,
+                        "type": "ssd",
+                        "hit": bool(hit[b]),
+                        "source": "cache" if hit[b] else "backup",
+                        "outcome": [int(k[b]), int(token[b])],
+                        "cache": [
+                            [int(j), int(x), tok.token_str(int(x))]
+                            for j, x in zip(branch_k, branch_t[b])
+                        ],
+                    }
+                )
             out.append(e)
         return out
 
@@ -285,8 +313,9 @@ class SSDSpeculator(Speculator):
 
     @property
     def proposer(self) -> SSDProposer:
-        return SSDProposer(self.drafter, self.gamma, self.fanout, self.saguaro_c, self.backup,
-                           self.cfg.vocab_size)
+        return SSDProposer(
+            self.drafter, self.gamma, self.fanout, self.saguaro_c, self.backup, self.cfg.vocab_size
+        )
 
     @property
     def hooks(self) -> tuple:
@@ -306,5 +335,11 @@ def ssd_loop(drafter: DraftModel, dparams, fixed: dict, options) -> SSDSpeculato
     `options`; a geometric fan-out reads its temperature."""
     o = options.ssd
     fanout = parse_fanout(o.fanout, options.gamma, options.temperature)
-    return SSDSpeculator(drafter=drafter, gamma=options.gamma, fanout=fanout,
-                         saguaro_c=o.saguaro_c, backup=o.backup, **fixed)
+    return SSDSpeculator(
+        drafter=drafter,
+        gamma=options.gamma,
+        fanout=fanout,
+        saguaro_c=o.saguaro_c,
+        backup=o.backup,
+        **fixed,
+    )

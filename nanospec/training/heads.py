@@ -55,8 +55,14 @@ class HeadsTrainConfig:
     seed: int = 0
 
     def optimizer_config(self) -> TrainConfig:
-        return TrainConfig(steps=self.steps, batch_size=self.batch_size, seq_len=self.seq_len,
-                           lr=self.lr, warmup=min(100, self.steps // 4), seed=self.seed)
+        return TrainConfig(
+            steps=self.steps,
+            batch_size=self.batch_size,
+            seq_len=self.seq_len,
+            lr=self.lr,
+            warmup=min(100, self.steps // 4),
+            seed=self.seed,
+        )
 
 
 def _soft_ce(logits, p):
@@ -67,7 +73,10 @@ def medusa_loss(heads, target, f, p):
     """f (B, T, C) normalised features, p (B, T, V) target laws."""
     K, T = len(heads.res), f.shape[1]
     feats = heads(f)  # (B, T, K, C)
-    return sum(_soft_ce(target.wte.attend(feats[:, :T - k - 1, k]), p[:, k + 1:]) for k in range(K)) / K
+    return (
+        sum(_soft_ce(target.wte.attend(feats[:, : T - k - 1, k]), p[:, k + 1 :]) for k in range(K))
+        / K
+    )
 
 
 def eagle_loss(head, target, f, x, p):
@@ -89,7 +98,7 @@ def mtp_loss(heads, target, h, x, p):
     T, total = h.shape[1], 0.0
     emb = target.wte(x)
     for k, module in enumerate(heads.layers, start=1):
-        h, out = module(h[:, :T - k], emb[:, k:])  # (B, T-k, C)
+        h, out = module(h[:, : T - k], emb[:, k:])  # (B, T-k, C)
         total += _soft_ce(target.wte.attend(out), p[:, k:])
     return total / len(heads.layers)
 
@@ -107,9 +116,11 @@ def losses(graphdefs, params, tgraph, tparams, x):
     """{kind: loss} for every head in `params`, from one frozen target pass."""
     target, h, f, p = target_view(tgraph, tparams, x)
     heads = {k: nnx.merge(graphdefs[k], params[k]) for k in params}
-    loss = {"medusa": lambda m: medusa_loss(m, target, f, p),
-            "eagle": lambda m: eagle_loss(m, target, f, x, p),
-            "mtp": lambda m: mtp_loss(m, target, h, x, p)}
+    loss = {
+        "medusa": lambda m: medusa_loss(m, target, f, p),
+        "eagle": lambda m: eagle_loss(m, target, f, x, p),
+        "mtp": lambda m: mtp_loss(m, target, h, x, p),
+    }
     return {k: loss[k](heads[k]) for k in heads}
 
 
@@ -129,9 +140,16 @@ def corpus_vocabulary(ids: np.ndarray, vocab_size: int, min_count: int = 1) -> t
     return tuple(int(t) for t in np.flatnonzero(counts >= min_count))
 
 
-def train_heads(ckpt_dir: str | Path, hc_train: HeadsTrainConfig = HeadsTrainConfig(),
-                corpus: CorpusConfig = CorpusConfig(), command: str = "", quiet: bool = False,
-                evaluate=None, target: str = "target", kinds=KINDS) -> dict:
+def train_heads(
+    ckpt_dir: str | Path,
+    hc_train: HeadsTrainConfig = HeadsTrainConfig(),
+    corpus: CorpusConfig = CorpusConfig(),
+    command: str = "",
+    quiet: bool = False,
+    evaluate=None,
+    target: str = "target",
+    kinds=KINDS,
+) -> dict:
     """Train Medusa, EAGLE and MTP heads (or some of them: `kinds`) on the shipped target;
     save them next to it. A head's result does not depend on which others train beside it
     (same init, same batches, its own loss and optimiser).
@@ -147,19 +165,32 @@ def train_heads(ckpt_dir: str | Path, hc_train: HeadsTrainConfig = HeadsTrainCon
 
     kinds = tuple(kinds)
     vocab = corpus_vocabulary(train_ids, tcfg.vocab_size, hc_train.draft_vocab_min_count)
-    configs = {k: dataclasses.replace(HeadConfig.for_target(k, tcfg, hc_train.depth), draft_vocab=vocab)
-               for k in kinds}
+    configs = {
+        k: dataclasses.replace(HeadConfig.for_target(k, tcfg, hc_train.depth), draft_vocab=vocab)
+        for k in kinds
+    }
     graphdefs, params = {}, {}
     for k in kinds:
         graphdefs[k], params[k] = nnx.split(build(configs[k], hc_train.seed))
     opt = make_optimizer(tc)  # the same transformation, one state per head: clipping per head
     train_step, validate = compile_head_steps(graphdefs, tgraph, tparams, opt, kinds, val_ids, tc)
-    params, log, wall = _run_steps(hc_train, tc, kinds, train_ids, train_step, validate, params,
-                                   {k: opt.init(params[k]) for k in kinds}, quiet)
+    params, log, wall = _run_steps(
+        hc_train,
+        tc,
+        kinds,
+        train_ids,
+        train_step,
+        validate,
+        params,
+        {k: opt.init(params[k]) for k in kinds},
+        quiet,
+    )
 
     infos = {}
     for k in kinds:
-        info = head_info(k, configs[k], params[k], vocab, log, wall, hc_train, corpus, kinds, command)
+        info = head_info(
+            k, configs[k], params[k], vocab, log, wall, hc_train, corpus, kinds, command
+        )
         save_head(ckpt_dir, configs[k], params[k], info)
         infos[k] = info
     if evaluate is not None:
@@ -169,15 +200,24 @@ def train_heads(ckpt_dir: str | Path, hc_train: HeadsTrainConfig = HeadsTrainCon
     return infos
 
 
-def compile_head_steps(graphdefs: dict, tgraph, tparams, opt: optax.GradientTransformation,
-                       kinds: tuple, val_ids: np.ndarray, tc: TrainConfig):
+def compile_head_steps(
+    graphdefs: dict,
+    tgraph,
+    tparams,
+    opt: optax.GradientTransformation,
+    kinds: tuple,
+    val_ids: np.ndarray,
+    tc: TrainConfig,
+):
     """(train_step, validate): one jitted step of every head's optimiser on its own loss, from
     one frozen target pass; and every head's mean validation loss over 8 fixed batches."""
+
     @jax.jit
     def train_step(params, opt_states, x):
         def total(params):
             ls = losses(graphdefs, params, tgraph, tparams, x)
             return sum(ls.values()), ls
+
         grads, ls = jax.grad(total, has_aux=True)(params)
         new_params, new_states = {}, {}
         for k in kinds:  # independent losses: each head's gradient is only its own loss's
@@ -188,15 +228,26 @@ def compile_head_steps(graphdefs: dict, tgraph, tparams, opt: optax.GradientTran
     eval_losses = jax.jit(lambda params, x: losses(graphdefs, params, tgraph, tparams, x))
 
     def validate(params) -> dict:
-        per = [eval_losses(params, get_batch(val_ids, tc.batch_size, tc.seq_len, 10**6, i)[0])
-               for i in range(8)]
+        per = [
+            eval_losses(params, get_batch(val_ids, tc.batch_size, tc.seq_len, 10**6, i)[0])
+            for i in range(8)
+        ]
         return {k: float(np.mean([d[k] for d in per])) for k in kinds}
 
     return train_step, validate
 
 
-def _run_steps(hc_train: HeadsTrainConfig, tc: TrainConfig, kinds: tuple, train_ids: np.ndarray,
-               train_step, validate, params: dict, opt_states: dict, quiet: bool):
+def _run_steps(
+    hc_train: HeadsTrainConfig,
+    tc: TrainConfig,
+    kinds: tuple,
+    train_ids: np.ndarray,
+    train_step,
+    validate,
+    params: dict,
+    opt_states: dict,
+    quiet: bool,
+):
     """Every step, validating (and printing a line, unless quiet) every hc_train.eval_every:
     (params, log of validation losses, wall seconds)."""
     log = {"val": [], "wall_s": 0.0}
@@ -212,30 +263,55 @@ def _run_steps(hc_train: HeadsTrainConfig, tc: TrainConfig, kinds: tuple, train_
             log["val"].append([step, val])
             if not quiet:
                 train_avg = {k: np.mean([r[k] for r in recent[-50:]]) for k in kinds}
-                print(f"step {step}/{tc.steps} ({log['wall_s']:.0f}s): " + ", ".join(
-                    f"{k} train {train_avg[k]:.3f} val {val[k]:.3f}" for k in kinds), flush=True)
+                print(
+                    f"step {step}/{tc.steps} ({log['wall_s']:.0f}s): "
+                    + ", ".join(f"{k} train {train_avg[k]:.3f} val {val[k]:.3f}" for k in kinds),
+                    flush=True,
+                )
     return params, log, time.perf_counter() - t0
 
 
-def head_info(kind: str, config: HeadConfig, params, vocab: tuple, log: dict, wall: float,
-              hc_train: HeadsTrainConfig, corpus: CorpusConfig, kinds: tuple, command: str) -> dict:
+def head_info(
+    kind: str,
+    config: HeadConfig,
+    params,
+    vocab: tuple,
+    log: dict,
+    wall: float,
+    hc_train: HeadsTrainConfig,
+    corpus: CorpusConfig,
+    kinds: tuple,
+    command: str,
+) -> dict:
     """What MANIFEST records about one trained head: config, size, recipe, losses, provenance."""
-    config = {**asdict(config), "draft_vocab": f"{len(vocab)} ids, those seen in the "
-              "training corpus (the list is in the file's metadata)" if vocab else "all"}
-    return {"kind": kind, "config": config, "params": count_params(params),
-            "reuses_from_target": "wte (embedding and tied output layer), ln_f",
-            "train": asdict(hc_train), "corpus": asdict(corpus),
-            "objective": "distillation: soft cross-entropy against the frozen target's law"
-                         + (", + smooth-L1 feature regression, 2-pass test-time input"
-                            if kind == "eagle" else ""),
-            "final_val_loss": log["val"][-1][1][kind],
-            "val_loss_curve": [[s, v[kind]] for s, v in log["val"]],
-            "wall_seconds": round(wall, 1), "trained_together_with": list(kinds),
-            "command": command, "machine": machine()}
+    config = {
+        **asdict(config),
+        "draft_vocab": f"{len(vocab)} ids, those seen in the "
+        "training corpus (the list is in the file's metadata)"
+        if vocab
+        else "all",
+    }
+    return {
+        "kind": kind,
+        "config": config,
+        "params": count_params(params),
+        "reuses_from_target": "wte (embedding and tied output layer), ln_f",
+        "train": asdict(hc_train),
+        "corpus": asdict(corpus),
+        "objective": "distillation: soft cross-entropy against the frozen target's law"
+        + (", + smooth-L1 feature regression, 2-pass test-time input" if kind == "eagle" else ""),
+        "final_val_loss": log["val"][-1][1][kind],
+        "val_loss_curve": [[s, v[kind]] for s, v in log["val"]],
+        "wall_seconds": round(wall, 1),
+        "trained_together_with": list(kinds),
+        "command": command,
+        "machine": machine(),
+    }
 
 
-def acceptance_probe(ckpt_dir: str | Path, method: str, gamma: int = 4, n_prompts: int = 8,
-                     new_tokens: int = 48) -> dict:
+def acceptance_probe(
+    ckpt_dir: str | Path, method: str, gamma: int = 4, n_prompts: int = 8, new_tokens: int = 48
+) -> dict:
     """Greedy acceptance of one drafter on fresh (never trained on) facts prompts, for MANIFEST."""
     from nanospec.decode import Bundle, needs
     from nanospec.generate import pad_prompts
@@ -250,9 +326,16 @@ def acceptance_probe(ckpt_dir: str | Path, method: str, gamma: int = 4, n_prompt
     tokens, lengths = pad_prompts([bundle.tok.encode_prompt(p) for p in prompts], tcfg.n_ctx)
     drafter, dparams = bundle.drafter(method)
     spec = Speculator(graphdef=tgraph, cfg=tcfg, drafter=drafter, gamma=gamma, eos_id=-1)
-    state, stats = spec.run(tparams, dparams, tokens, lengths, jax.random.key(0), GREEDY, new_tokens)
+    state, stats = spec.run(
+        tparams, dparams, tokens, lengths, jax.random.key(0), GREEDY, new_tokens
+    )
     m = metrics(*stats.counters(state))
-    return {"workload": "facts (bench seed 1: fresh documents)", "prompts": n_prompts,
-            "new_tokens_per_prompt": new_tokens, "gamma": gamma, "temperature": 0,
-            "acceptance_rate": round(m["acceptance_rate"], 4),
-            "mean_acceptance_length": round(m["mean_acceptance_length"], 4)}
+    return {
+        "workload": "facts (bench seed 1: fresh documents)",
+        "prompts": n_prompts,
+        "new_tokens_per_prompt": new_tokens,
+        "gamma": gamma,
+        "temperature": 0,
+        "acceptance_rate": round(m["acceptance_rate"], 4),
+        "mean_acceptance_length": round(m["mean_acceptance_length"], 4),
+    }

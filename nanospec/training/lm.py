@@ -52,8 +52,16 @@ class TrainConfig:
         presets = {
             "target": cls(steps=2600, batch_size=8, lr=1e-3),
             "draft": cls(steps=3000, batch_size=8, lr=2e-3),
-            "tiny": cls(steps=60, batch_size=4, seq_len=32, lr=3e-3, warmup=10, eval_every=30,
-                        eval_batches=2, ckpt_every=30),
+            "tiny": cls(
+                steps=60,
+                batch_size=4,
+                seq_len=32,
+                lr=3e-3,
+                warmup=10,
+                eval_every=30,
+                eval_batches=2,
+                ckpt_every=30,
+            ),
         }
         if name not in presets:
             raise UserError(f"Unknown model preset {name!r}; choose one of {sorted(presets)}.")
@@ -61,8 +69,11 @@ class TrainConfig:
 
 
 def model_config(name: str, vocab_size: int) -> ModelConfig:
-    makers = {"target": ModelConfig.target, "draft": ModelConfig.draft,
-              "tiny": lambda v: ModelConfig.tiny(vocab_size=v)}
+    makers = {
+        "target": ModelConfig.target,
+        "draft": ModelConfig.draft,
+        "tiny": lambda v: ModelConfig.tiny(vocab_size=v),
+    }
     if name not in makers:
         raise UserError(f"Unknown model preset {name!r}; choose one of {sorted(makers)}.")
     return makers[name](vocab_size)
@@ -72,8 +83,8 @@ def get_batch(data: np.ndarray, batch_size: int, seq_len: int, seed: int, step: 
     """Random windows; inputs x and next-token targets y, both (B, T). Depends on (seed, step)."""
     rng = np.random.default_rng([seed, step])
     starts = rng.integers(0, len(data) - seq_len - 1, size=batch_size)
-    x = np.stack([data[s:s + seq_len] for s in starts])  # (B, T)
-    y = np.stack([data[s + 1:s + seq_len + 1] for s in starts])  # (B, T)
+    x = np.stack([data[s : s + seq_len] for s in starts])  # (B, T)
+    y = np.stack([data[s + 1 : s + seq_len + 1] for s in starts])  # (B, T)
     return jnp.asarray(x), jnp.asarray(y)
 
 
@@ -109,9 +120,16 @@ def _load_state(path: Path, params, opt_state):
         return int(z["step"]), params, opt_state, json.loads(str(z["log"]))
 
 
-def train(model_name: str, ckpt_dir: str | Path, work_dir: str | Path, tc: TrainConfig,
-          corpus: CorpusConfig = CorpusConfig(), command: str = "", resume: bool = True,
-          quiet: bool = False) -> dict:
+def train(
+    model_name: str,
+    ckpt_dir: str | Path,
+    work_dir: str | Path,
+    tc: TrainConfig,
+    corpus: CorpusConfig = CorpusConfig(),
+    command: str = "",
+    resume: bool = True,
+    quiet: bool = False,
+) -> dict:
     """Train one model preset on the corpus and save it to `ckpt_dir/<name>.safetensors`."""
     ckpt_dir, work_dir = Path(ckpt_dir), Path(work_dir)
     tok = Tokenizer.load(ckpt_dir / "tokenizer.json")
@@ -129,23 +147,44 @@ def train(model_name: str, ckpt_dir: str | Path, work_dir: str | Path, tc: Train
     if resume and state_path.is_file():
         step, params, opt_state, log = _load_state(state_path, params, opt_state)
     train_step, validate = compile_steps(graphdef, opt, val_ids, tc)
-    params = _run_steps(cfg.name, tc, train_ids, train_step, validate, state_path, quiet,
-                        step, params, opt_state, log)
+    params = _run_steps(
+        cfg.name,
+        tc,
+        train_ids,
+        train_step,
+        validate,
+        state_path,
+        quiet,
+        step,
+        params,
+        opt_state,
+        log,
+    )
 
     info = {
-        "config": cfg.to_dict(), "params": count_params(params), "train": asdict(tc),
-        "corpus": asdict(corpus), "train_tokens_in_corpus": int(len(train_ids)),
-        "tokens_seen": tc.steps * tc.batch_size * tc.seq_len, "wall_seconds": round(log["wall_s"], 1),
-        "final_train_loss": log["train_loss"][-1][1], "final_val_loss": log["val_loss"][-1][1],
-        "val_loss_curve": log["val_loss"], "command": command, "machine": machine(),
+        "config": cfg.to_dict(),
+        "params": count_params(params),
+        "train": asdict(tc),
+        "corpus": asdict(corpus),
+        "train_tokens_in_corpus": int(len(train_ids)),
+        "tokens_seen": tc.steps * tc.batch_size * tc.seq_len,
+        "wall_seconds": round(log["wall_s"], 1),
+        "final_train_loss": log["train_loss"][-1][1],
+        "final_val_loss": log["val_loss"][-1][1],
+        "val_loss_curve": log["val_loss"],
+        "command": command,
+        "machine": machine(),
     }
     save_model(ckpt_dir, cfg, params, info)
     return info
 
 
-def compile_steps(graphdef, opt: optax.GradientTransformation, val_ids: np.ndarray, tc: TrainConfig):
+def compile_steps(
+    graphdef, opt: optax.GradientTransformation, val_ids: np.ndarray, tc: TrainConfig
+):
     """(train_step, validate): one jitted optimiser step, and the mean validation loss over
     tc.eval_batches fixed batches."""
+
     @jax.jit
     def train_step(params, opt_state, x, y):
         loss, grads = jax.value_and_grad(lambda p: loss_fn(graphdef, p, x, y))(params)
@@ -155,8 +194,10 @@ def compile_steps(graphdef, opt: optax.GradientTransformation, val_ids: np.ndarr
     eval_loss = jax.jit(lambda p, x, y: loss_fn(graphdef, p, x, y))
 
     def validate(params) -> float:
-        losses = [eval_loss(params, *get_batch(val_ids, tc.batch_size, tc.seq_len, 10**6, i))
-                  for i in range(tc.eval_batches)]
+        losses = [
+            eval_loss(params, *get_batch(val_ids, tc.batch_size, tc.seq_len, 10**6, i))
+            for i in range(tc.eval_batches)
+        ]
         return float(np.mean(losses))
 
     return train_step, validate
@@ -164,21 +205,39 @@ def compile_steps(graphdef, opt: optax.GradientTransformation, val_ids: np.ndarr
 
 def _progress_bar(name: str, quiet: bool) -> Progress:
     """Training's progress bar: steps, recent and validation loss, tokens per second, time left."""
-    return Progress(TextColumn(f"[bold]{name}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                    TextColumn("loss {task.fields[loss]:.3f} val {task.fields[val]:.3f}"),
-                    TextColumn("{task.fields[tps]:,.0f} tok/s"), TimeRemainingColumn(), disable=quiet)
+    return Progress(
+        TextColumn(f"[bold]{name}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("loss {task.fields[loss]:.3f} val {task.fields[val]:.3f}"),
+        TextColumn("{task.fields[tps]:,.0f} tok/s"),
+        TimeRemainingColumn(),
+        disable=quiet,
+    )
 
 
-def _run_steps(name: str, tc: TrainConfig, train_ids: np.ndarray, train_step, validate,
-               state_path: Path, quiet: bool, step: int, params, opt_state, log: dict):
+def _run_steps(
+    name: str,
+    tc: TrainConfig,
+    train_ids: np.ndarray,
+    train_step,
+    validate,
+    state_path: Path,
+    quiet: bool,
+    step: int,
+    params,
+    opt_state,
+    log: dict,
+):
     """Train from `step` to tc.steps: validate and log every tc.eval_every steps, save the
     resumable state every tc.ckpt_every (and at the end). Returns the params; `log` fills in place."""
     tokens_per_step = tc.batch_size * tc.seq_len
     progress = _progress_bar(name, quiet)
     recent: list[float] = []
     with progress:
-        task = progress.add_task("train", total=tc.steps, completed=step, loss=float("nan"),
-                                 val=float("nan"), tps=0.0)
+        task = progress.add_task(
+            "train", total=tc.steps, completed=step, loss=float("nan"), val=float("nan"), tps=0.0
+        )
         t_last = time.perf_counter()
         while step < tc.steps:
             x, y = get_batch(train_ids, tc.batch_size, tc.seq_len, tc.seed, step)
@@ -187,8 +246,12 @@ def _run_steps(name: str, tc: TrainConfig, train_ids: np.ndarray, train_step, va
             recent.append(float(loss))  # one host sync per step keeps the progress bar honest
             now = time.perf_counter()
             log["wall_s"] += now - t_last
-            progress.update(task, completed=step, loss=np.mean(recent[-20:]),
-                            tps=tokens_per_step / max(now - t_last, 1e-9))
+            progress.update(
+                task,
+                completed=step,
+                loss=np.mean(recent[-20:]),
+                tps=tokens_per_step / max(now - t_last, 1e-9),
+            )
             t_last = now
             if step % tc.eval_every == 0 or step == tc.steps:
                 log["train_loss"].append([step, float(np.mean(recent[-50:]))])
@@ -196,23 +259,36 @@ def _run_steps(name: str, tc: TrainConfig, train_ids: np.ndarray, train_step, va
                 progress.update(task, val=log["val_loss"][-1][1])
                 progress.console.print(  # a plain log line too, for runs piped to a file
                     f"step {step}: train loss {log['train_loss'][-1][1]:.3f}, "
-                    f"val loss {log['val_loss'][-1][1]:.3f}, {log['wall_s']:.0f}s", highlight=False)
+                    f"val loss {log['val_loss'][-1][1]:.3f}, {log['wall_s']:.0f}s",
+                    highlight=False,
+                )
                 t_last = time.perf_counter()  # validation time is not training time
             if step % tc.ckpt_every == 0 or step == tc.steps:
                 _save_state(state_path, step, params, opt_state, log)
     return params
 
 
-def train_tokenizer(ckpt_dir: str | Path, vocab_size: int = 2048,
-                    corpus: CorpusConfig = CorpusConfig(), command: str = "") -> Tokenizer:
+def train_tokenizer(
+    ckpt_dir: str | Path,
+    vocab_size: int = 2048,
+    corpus: CorpusConfig = CorpusConfig(),
+    command: str = "",
+) -> Tokenizer:
     """Learn the shared BPE from the training split and save `ckpt_dir/tokenizer.json`."""
     t0 = time.perf_counter()
     train_docs, _ = build_corpus(corpus)
     tok = Tokenizer.train(train_docs, vocab_size)
     tok.save(Path(ckpt_dir) / "tokenizer.json")
-    record_file(ckpt_dir, "tokenizer.json", {"vocab_size": tok.vocab_size, "corpus": asdict(corpus),
-                                             "wall_seconds": round(time.perf_counter() - t0, 1),
-                                             "command": command})
+    record_file(
+        ckpt_dir,
+        "tokenizer.json",
+        {
+            "vocab_size": tok.vocab_size,
+            "corpus": asdict(corpus),
+            "wall_seconds": round(time.perf_counter() - t0, 1),
+            "command": command,
+        },
+    )
     return tok
 
 

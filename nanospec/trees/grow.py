@@ -86,7 +86,9 @@ def pick_children(key, grown: Grown, q_nodes, tree: Tree, depth: int, top: bool)
     if top:
         width = int(tree.children.shape[1])
         _, best = jax.lax.top_k(law, width)  # (B, N, width)
-        x = jnp.take_along_axis(best, jnp.asarray(sibling_rank(tree))[None, :, None], axis=2)[..., 0]
+        x = jnp.take_along_axis(best, jnp.asarray(sibling_rank(tree))[None, :, None], axis=2)[
+            ..., 0
+        ]
         q = jax.nn.one_hot(x, law.shape[-1], dtype=jnp.float32)
     else:
         node_keys = jax.vmap(lambda c: fold_keys(key, c))(jnp.arange(tree.size))
@@ -134,8 +136,9 @@ def _draft_model(drafter: DraftModel, dparams, cache, seq, length, key, sp, tree
     mask = jnp.asarray(tree.ancestor_mask)  # (N, N)
     written = cache
     for d in range(1, tree.max_depth + 1):
-        logits, _, written = forward(drafter.graphdef, dparams, grown.tokens, positions, cache,
-                                     block_mask=mask)
+        logits, _, written = forward(
+            drafter.graphdef, dparams, grown.tokens, positions, cache, block_mask=mask
+        )
         q_nodes = sampling_probs(logits, sp)  # (B, N, V): the law after each node
         grown = pick_children(fold_keys(key, d), grown, q_nodes, tree, d, top)
     return grown.tokens, grown.node_q, rollback(written, length)
@@ -186,7 +189,11 @@ def _mtp_grow(drafter: MTPDrafter, dparams, feat, seq, length, key, sp, tree, to
     q_nodes = jnp.zeros(grown.node_q.shape)
     rows = None if one is None else one[:, None]  # (B, 1): against (B, N) nodes
     for d in range(1, tree.max_depth + 1):
-        h_in = jnp.broadcast_to(feat[:, None], h_nodes.shape) if d == 1 else h_nodes[:, parent_index(tree)]
+        h_in = (
+            jnp.broadcast_to(feat[:, None], h_nodes.shape)
+            if d == 1
+            else h_nodes[:, parent_index(tree)]
+        )
         h, out = drafter.module(heads, target, d - 1, h_in, grown.tokens, rows)  # (B, N, C)
         here = jnp.asarray(tree.depth == d - 1)[None, :, None]
         h_nodes = jnp.where(here, h, h_nodes)
@@ -233,7 +240,8 @@ def _eagle_grow(drafter: EagleDrafter, dparams, state, seq, length, key, sp, tre
             h, _ = head.layer(x_in, positions, cache, block_mask=mask)  # (B, N-1, width)
             here = jnp.asarray(tree.depth[1:] == d - 1)[None, :, None]
             hs = hs.at[:, 1:].set(jnp.where(here, h, hs[:, 1:]))
-            q_nodes = q_nodes.at[:, 1:].set(jnp.where(
-                here, drafter.law(dparams, h, sp), q_nodes[:, 1:]))
+            q_nodes = q_nodes.at[:, 1:].set(
+                jnp.where(here, drafter.law(dparams, h, sp), q_nodes[:, 1:])
+            )
         grown = pick_children(fold_keys(key, d), grown, q_nodes, tree, d, top)
     return grown.tokens, grown.node_q

@@ -79,16 +79,23 @@ class TreeProposer(Proposer):
 
     def check(self) -> None:
         if not grows_trees(self.drafter):
-            raise UserError(f"{self.drafter.name} proposes a single continuation; token trees "
-                            f"need a drafter with a law at every node (draft, medusa, eagle or mtp).")
+            raise UserError(
+                f"{self.drafter.name} proposes a single continuation; token trees "
+                f"need a drafter with a law at every node (draft, medusa, eagle or mtp)."
+            )
         most, depth = self.drafter.max_gamma, self.tree.max_depth
         if most is not None and depth > most:
-            raise UserError(f"{self.drafter.name} has {most} heads, so a tree can be at most "
-                            f"{most} deep; this one is {depth}.")
+            raise UserError(
+                f"{self.drafter.name} has {most} heads, so a tree can be at most "
+                f"{most} deep; this one is {depth}."
+            )
 
     def settings(self) -> dict:
-        return {"tree": list(self.tree.parents), "tree_nodes": self.tree.size,
-                "siblings": "top" if self.top else "sample"}
+        return {
+            "tree": list(self.tree.parents),
+            "tree_nodes": self.tree.size,
+            "siblings": "top" if self.top else "sample",
+        }
 
     def init(self, dparams, tokens, lengths, hidden, capacity):
         return self.drafter.init(dparams, tokens, lengths, hidden, capacity=capacity)
@@ -102,8 +109,17 @@ class TreeProposer(Proposer):
         order where the sampling law is not zero), the second child is the drafter's real
         second guess (before this, greedy 2,1,1,1 trees accepted exactly what a γ = 4 chain did:
         docs/results.md, "Why the code is shaped as it is")."""
-        tokens, node_q, pstate = propose_tree(self.drafter, dparams, pstate, seq, length, key,
-                                              RANKING if self.top else sp, self.tree, self.top)
+        tokens, node_q, pstate = propose_tree(
+            self.drafter,
+            dparams,
+            pstate,
+            seq,
+            length,
+            key,
+            RANKING if self.top else sp,
+            self.tree,
+            self.top,
+        )
         return Grown(tokens, node_q), pstate
 
     def update(self, dparams, pstate, hidden, emitted, start, length):
@@ -119,16 +135,27 @@ class TreeJudge:
 
     def __call__(self, loop, params, state: SpecState, grown: Grown, sp, key) -> Judged:
         start = state.length - 1  # the root's position (and slot: the cache holds length - 1)
-        logits, hidden, cache = forward(loop.graphdef, params, grown.tokens,
-                                        tree_positions(start, self.tree), state.cache,
-                                        block_mask=jnp.asarray(self.tree.ancestor_mask))
+        logits, hidden, cache = forward(
+            loop.graphdef,
+            params,
+            grown.tokens,
+            tree_positions(start, self.tree),
+            state.cache,
+            block_mask=jnp.asarray(self.tree.ancestor_mask),
+        )
         made = state.n_new[:, None] + jnp.asarray(self.tree.depth)  # tokens before each p
         p = sampling_probs(logits, sp, made)  # (B, N, V)
         v = verify_tree(key, grown.tokens, grown.node_q, p, self.tree)
         path_tokens = gather_path(grown.tokens, v.path)  # (B, D+1): the root first
         n_draft = jnp.full(start.shape, self.tree.max_depth, jnp.int32)
-        return Judged(p, v, path_tokens[:, 1:], gather_path(hidden, v.path),
-                      compact_path(cache, start, v.path, self.tree), n_draft)
+        return Judged(
+            p,
+            v,
+            path_tokens[:, 1:],
+            gather_path(hidden, v.path),
+            compact_path(cache, start, v.path, self.tree),
+            n_draft,
+        )
 
     def record(self, loop, state: SpecState, grown: Grown, j: Judged, emitted, n_emit) -> TreeTrace:
         """The round as a TreeTrace (XLA drops it in the fused loop, where nothing reads it)."""
@@ -136,10 +163,23 @@ class TreeJudge:
         rows, parents = jnp.arange(B)[:, None], jnp.maximum(jnp.asarray(self.tree.parents), 0)
         stop = jnp.take_along_axis(v.path, v.n_accepted[:, None], axis=1)[:, 0]  # (B,) last node
         q_x = jnp.take_along_axis(grown.node_q, grown.tokens[..., None], axis=2)[..., 0]
-        return TreeTrace(~state.done, state.length, grown.tokens, q_x,
-                         p[rows, parents[None, :], grown.tokens], v.path, v.n_accepted, v.token,
-                         v.is_bonus, n_emit, emitted, top_tokens(v.extra_probs),
-                         prob_of(v.extra_probs, v.token), p[jnp.arange(B), stop, v.token], j.n_draft)
+        return TreeTrace(
+            ~state.done,
+            state.length,
+            grown.tokens,
+            q_x,
+            p[rows, parents[None, :], grown.tokens],
+            v.path,
+            v.n_accepted,
+            v.token,
+            v.is_bonus,
+            n_emit,
+            emitted,
+            top_tokens(v.extra_probs),
+            prob_of(v.extra_probs, v.token),
+            p[jnp.arange(B), stop, v.token],
+            j.n_draft,
+        )
 
     def events(self, loop, trace: TreeTrace, tok, round_idx: int, seconds) -> list[dict]:
         return events_from_tree_step(trace, tok, round_idx, self.tree, seconds)

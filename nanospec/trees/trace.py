@@ -46,7 +46,9 @@ def tree_verdicts(parents, path: list[int], n_accepted: int, children) -> list[s
     return verdicts
 
 
-def events_from_tree_step(trace, tok, round_idx: int, tree, timings: dict | None = None) -> list[dict]:
+def events_from_tree_step(
+    trace, tok, round_idx: int, tree, timings: dict | None = None
+) -> list[dict]:
     """One tree round's TreeTrace -> its events, row by row."""
     t = to_numpy(trace)
     timings = timings or {}
@@ -57,26 +59,48 @@ def events_from_tree_step(trace, tok, round_idx: int, tree, timings: dict | None
             continue
         head = {"schema": SCHEMA, "round": round_idx, "row": b}
         start, n = int(t["start"][b]), int(t["n_accepted"][b])
-        path = [int(x) for x in t["path"][b, :n + 1]]
+        path = [int(x) for x in t["path"][b, : n + 1]]
         verdicts = tree_verdicts(tree.parents, path, n, children.tolist())
-        nodes = [{"node": c, "parent": int(tree.parents[c]), "depth": int(tree.depth[c]),
-                  "token": int(t["tokens"][b, c]), "text": tok.token_str(int(t["tokens"][b, c])),
-                  "q": float(t["q_x"][b, c]), "p": float(t["p_x"][b, c]), "verdict": verdicts[c]}
-                 for c in range(1, tree.size)]
+        nodes = [
+            {
+                "node": c,
+                "parent": int(tree.parents[c]),
+                "depth": int(tree.depth[c]),
+                "token": int(t["tokens"][b, c]),
+                "text": tok.token_str(int(t["tokens"][b, c])),
+                "q": float(t["q_x"][b, c]),
+                "p": float(t["p_x"][b, c]),
+                "verdict": verdicts[c],
+            }
+            for c in range(1, tree.size)
+        ]
         events.append({**head, "type": "tree", "nodes": nodes, "path": path})
         y = int(t["token"][b])
         extra = {**head, "position": start + n, "token": y, "text": tok.token_str(y)}
         if t["is_bonus"][b]:
             extra.update(type="bonus", p=float(t["token_prob"][b]))
         else:  # the residual left after every child of the last node was rejected
-            extra.update(type="resample", residual=float(t["token_prob"][b]),
-                         p=float(t["token_p"][b]), q=None)
+            extra.update(
+                type="resample",
+                residual=float(t["token_prob"][b]),
+                p=float(t["token_p"][b]),
+                q=None,
+            )
         extra["top"] = top_list(tok, t["extra_top"][0][b], t["extra_top"][1][b])
         events.append(extra)
         k = int(t["n_emitted"][b])
         emitted = [int(x) for x in t["emitted"][b, :k]]
-        events.append({**head, "type": "round_end", "accepted": n, "drafted": tree.size - 1,
-                       "emitted": emitted, "emitted_text": tok.decode(emitted),
-                       "length": start + k, "draft_ms": 1e3 * timings.get("draft_s", 0.0),
-                       "verify_ms": 1e3 * timings.get("verify_s", 0.0)})
+        events.append(
+            {
+                **head,
+                "type": "round_end",
+                "accepted": n,
+                "drafted": tree.size - 1,
+                "emitted": emitted,
+                "emitted_text": tok.decode(emitted),
+                "length": start + k,
+                "draft_ms": 1e3 * timings.get("draft_s", 0.0),
+                "verify_ms": 1e3 * timings.get("verify_s", 0.0),
+            }
+        )
     return events

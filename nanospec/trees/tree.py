@@ -73,8 +73,10 @@ class Tree:
             raise ValueError("Node 0 is the root and must have parent -1.")
         for i in range(1, n):
             if not 0 <= parents[i] < i or parents[i] < parents[i - 1]:
-                raise ValueError(f"Nodes must be in breadth-first order (0 <= parent < child, "
-                                 f"parents non-decreasing), but node {i} has parent {parents[i]}.")
+                raise ValueError(
+                    f"Nodes must be in breadth-first order (0 <= parent < child, "
+                    f"parents non-decreasing), but node {i} has parent {parents[i]}."
+                )
 
     @classmethod
     def chain(cls, gamma: int) -> "Tree":
@@ -121,7 +123,7 @@ class Tree:
         kids = [[c for c in range(self.size) if self.parents[c] == i] for i in range(self.size)]
         out = np.full((self.size, max(map(len, kids))), -1, np.int32)
         for i, ks in enumerate(kids):
-            out[i, :len(ks)] = ks
+            out[i, : len(ks)] = ks
         return _constant(out)
 
     @cached_property
@@ -151,6 +153,7 @@ def sibling_laws(r: jax.Array, qs: jax.Array, valid: jax.Array) -> tuple[jax.Arr
     r (V,) the target's law at the parent; qs (K, V) each sibling's node_q; valid (K,) bool masks
     padding. rs[k] = r after siblings 0..k-1 were rejected. Padded siblings leave r unchanged.
     """
+
     def step(r, q_valid):
         q, ok = q_valid
         return jnp.where(ok, residual(r, q), r), r
@@ -173,8 +176,9 @@ def sibling_outcome(p: jax.Array, node_qs: jax.Array, xs: jax.Array) -> tuple[ja
     return jnp.where(q_x > 0, jnp.minimum(1.0, r_x / jnp.where(q_x > 0, q_x, 1.0)), 0.0), final
 
 
-def verify_tree_row(key: jax.Array, tokens: jax.Array, node_q: jax.Array, p: jax.Array,
-                    tree: Tree) -> TreeVerdict:
+def verify_tree_row(
+    key: jax.Array, tokens: jax.Array, node_q: jax.Array, p: jax.Array, tree: Tree
+) -> TreeVerdict:
     """Walk one row's tree from the root, accepting at most one child per level.
 
     tokens (N,) int32 (tokens[0] is the root, never tested); node_q (N, V) the law each node's
@@ -213,8 +217,9 @@ def verify_tree_row(key: jax.Array, tokens: jax.Array, node_q: jax.Array, p: jax
     return TreeVerdict(n_accepted, path.astype(jnp.int32), token, is_bonus, extra_probs)
 
 
-def verify_tree(key: jax.Array, tokens: jax.Array, node_q: jax.Array, p: jax.Array,
-                tree: Tree) -> TreeVerdict:
+def verify_tree(
+    key: jax.Array, tokens: jax.Array, node_q: jax.Array, p: jax.Array, tree: Tree
+) -> TreeVerdict:
     """`verify_tree_row` for a batch: tokens (B, N), node_q (B, N, V), p (B, N, V).
 
     Row b uses fold_in(key, b), so its verdict does not depend on the rest of the batch.
@@ -241,6 +246,7 @@ def compact_path(cache: KVCache, start: jax.Array, path: jax.Array, tree: Tree) 
     at slot start[b] + d (its position). Example: start 1, path [0 2 4] moves slots 3 -> 2 and
     5 -> 3. The length is untouched: the caller rolls back to start + n_accepted + 1.
     """
+
     def move(buf, s, pb):  # buf (S, H, Dh) for one row
         window = jax.lax.dynamic_slice_in_dim(buf, s, tree.size)  # (N, H, Dh)
         # subtle: the whole window is read before anything is written, so overlapping moves are

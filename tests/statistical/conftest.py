@@ -13,10 +13,12 @@ def break_with(monkeypatch):
     Every jit cache (and aot.py's programs) is cleared on the way in and out, so the loop is traced again with the
     broken function (and traced again without it afterwards).
     """
+
     def install(module, name, fn):
         jax.clear_caches()
         aot.clear()
         monkeypatch.setattr(module, name, fn)
+
     yield install
     monkeypatch.undo()
     jax.clear_caches()

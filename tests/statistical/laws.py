@@ -39,8 +39,9 @@ def tiny_lm(seed: int, n_layer: int = 2, d_model: int = 16, scale: float = 12.0)
     sharp enough that target and draft disagree often — so rejections, residuals and bonus
     tokens all happen many times in N runs.
     """
-    cfg = ModelConfig(name=f"tiny{seed}", vocab_size=V, n_ctx=N_CTX, n_layer=n_layer, n_head=2,
-                      d_model=d_model)
+    cfg = ModelConfig(
+        name=f"tiny{seed}", vocab_size=V, n_ctx=N_CTX, n_layer=n_layer, n_head=2, d_model=d_model
+    )
     graphdef, params = nnx.split(GPT(cfg, nnx.Rngs(seed)))
     params = jax.tree.map(lambda x: x * scale if x.ndim >= 2 else x, params)
     return cfg, graphdef, params
@@ -56,8 +57,9 @@ def tiny_pair():
     return target, (cfg, target[1], blended)
 
 
-def exact_law(model, prompt: list[int], m: int, sp: SamplingParams, held=(),
-              min_new: int = 0) -> np.ndarray:
+def exact_law(
+    model, prompt: list[int], m: int, sp: SamplingParams, held=(), min_new: int = 0
+) -> np.ndarray:
     """P(next m tokens = s) for every s in V^m (index: base-V number), float64.
 
     With `held` tokens, vLLM's min_tokens written out on its own: their logits are −∞ at the
@@ -69,7 +71,7 @@ def exact_law(model, prompt: list[int], m: int, sp: SamplingParams, held=(),
     T, L = full.shape[1], len(prompt)
     logits, _, _ = forward(g, p, jnp.asarray(full), jnp.broadcast_to(jnp.arange(T), full.shape))
     banned = np.zeros((T, V), bool)
-    banned[L - 1:L - 1 + min_new, list(held)] = True  # position L-1+i: the law of new token i
+    banned[L - 1 : L - 1 + min_new, list(held)] = True  # position L-1+i: the law of new token i
     logits = jnp.where(banned, -jnp.inf, logits)
     probs = np.asarray(sampling_probs(logits, sp), np.float64)  # (V^m, T, V)
     step_p = probs[np.arange(len(seqs))[:, None], L - 1 + np.arange(m)[None, :], seqs]  # (V^m, m)
@@ -83,9 +85,21 @@ def encode(seqs: list[list[int]]) -> np.ndarray:
     return (arr * V ** np.arange(arr.shape[1] - 1, -1, -1)).sum(axis=1)
 
 
-def run_speculative(target, drafter, dparams, prompts: list[list[int]], m: int,
-                    sp: SamplingParams, gamma: int, seed: int, chunk: int = 50_000,
-                    tree=None, top: bool = True, max_new: int | None = None, loop=None):
+def run_speculative(
+    target,
+    drafter,
+    dparams,
+    prompts: list[list[int]],
+    m: int,
+    sp: SamplingParams,
+    gamma: int,
+    seed: int,
+    chunk: int = 50_000,
+    tree=None,
+    top: bool = True,
+    max_new: int | None = None,
+    loop=None,
+):
     """Generate m tokens for every prompt row; returns {prompt: list of sequences}.
 
     `max_new` (default m) above m: the context's end, not max_new_tokens, stops the rows.
@@ -95,7 +109,7 @@ def run_speculative(target, drafter, dparams, prompts: list[list[int]], m: int,
     cfg, g, p = target
     out: dict[int, list] = {}
     for c, start in enumerate(range(0, len(prompts), chunk)):
-        rows = prompts[start:start + chunk]
+        rows = prompts[start : start + chunk]
         tokens, lengths = pad_prompts(rows, cfg.n_ctx)
         key = jax.random.fold_in(jax.random.key(seed), c)
         if loop is not None:
@@ -103,8 +117,9 @@ def run_speculative(target, drafter, dparams, prompts: list[list[int]], m: int,
         elif tree is None:
             spec = Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=gamma, eos_id=-1)
         else:
-            spec = TreeSpeculator(graphdef=g, cfg=cfg, drafter=drafter, tree=tree, top=top,
-                                  eos_id=-1)
+            spec = TreeSpeculator(
+                graphdef=g, cfg=cfg, drafter=drafter, tree=tree, top=top, eos_id=-1
+            )
         state, _ = spec.run(p, dparams, tokens, lengths, key, sp, max_new or m)
         for row, seq in zip(rows, generated(state, lengths)):
             out.setdefault(tuple(row), []).append(seq)
@@ -114,8 +129,9 @@ def run_speculative(target, drafter, dparams, prompts: list[list[int]], m: int,
 _redraft = jax.jit(redraft, static_argnums=0)
 
 
-def run_engine_rows(pair, sp: SamplingParams, n: int, m: int, gamma: int, schedule,
-                    seed: int) -> list[list[int]]:
+def run_engine_rows(
+    pair, sp: SamplingParams, n: int, m: int, gamma: int, schedule, seed: int
+) -> list[list[int]]:
     """n serving-engine rows of PROMPT (a key and round counter each, `sp` per row), every
     step at `schedule`'s γ (repeated; 0: a plain step, then the draft cache is rebuilt with
     `steps.redraft` when drafting resumes), until all have m tokens: their tokens."""
@@ -124,8 +140,9 @@ def run_engine_rows(pair, sp: SamplingParams, n: int, m: int, gamma: int, schedu
     loops = step_loops(loop, Goodput(gammas=tuple(range(gamma + 1))))
     tokens, lengths = pad_prompts([PROMPT] * n, cfg.n_ctx)
     state = loops[gamma].prefill(p, dparams, tokens, lengths, jax.random.key(0))
-    state = state._replace(key=jax.random.split(jax.random.key(seed), n),
-                           step=jnp.zeros(n, jnp.int32))
+    state = state._replace(
+        key=jax.random.split(jax.random.key(seed), n), step=jnp.zeros(n, jnp.int32)
+    )
     rounds = {k: jax.jit(round_at(k, spec)) for k, spec in loops.items()}
     paused = False
     for k in itertools.cycle(schedule):
@@ -138,7 +155,9 @@ def run_engine_rows(pair, sp: SamplingParams, n: int, m: int, gamma: int, schedu
     return generated(state, lengths)
 
 
-def chi_square_pvalue(observed_cells: np.ndarray, law: np.ndarray, min_expected: float = 5.0) -> float:
+def chi_square_pvalue(
+    observed_cells: np.ndarray, law: np.ndarray, min_expected: float = 5.0
+) -> float:
     """Pearson chi-square goodness of fit, pooling cells whose expected count is below 5."""
     n = len(observed_cells)
     counts = np.bincount(observed_cells, minlength=len(law)).astype(np.float64)
@@ -167,8 +186,10 @@ def first_round_law(target, draft, prompt: list[int], gamma: int, sp: SamplingPa
 
     def laws_of(model):
         _, g, params = model
-        logits, _, _ = forward(g, params, jnp.asarray(full), jnp.broadcast_to(jnp.arange(T), full.shape))
-        return np.asarray(sampling_probs(logits, sp), np.float64)[:, L - 1:]  # (V^γ, γ+1, V)
+        logits, _, _ = forward(
+            g, params, jnp.asarray(full), jnp.broadcast_to(jnp.arange(T), full.shape)
+        )
+        return np.asarray(sampling_probs(logits, sp), np.float64)[:, L - 1 :]  # (V^γ, γ+1, V)
 
     p, q = laws_of(target), laws_of(draft)
     law: dict[tuple, float] = {}
@@ -188,8 +209,9 @@ def first_round_law(target, draft, prompt: list[int], gamma: int, sp: SamplingPa
     return law
 
 
-def run_first_round(target, drafter, dparams, prompt: list[int], n: int, sp: SamplingParams,
-                    gamma: int, seed: int) -> list[tuple]:
+def run_first_round(
+    target, drafter, dparams, prompt: list[int], n: int, sp: SamplingParams, gamma: int, seed: int
+) -> list[tuple]:
     """What the real implementation emits in its first round, for n independent rows."""
     cfg, g, p = target
     tokens, lengths = pad_prompts([prompt] * n, cfg.n_ctx)
@@ -233,14 +255,23 @@ def tiny_drafters(target, depth: int = 3) -> dict:
     cfg, g, p = target
     out = {"ngram": (PromptLookup(V, max_ngram=2), ())}
     for i, kind in enumerate(KINDS):
-        hc = HeadConfig(kind, d_model=cfg.d_model, vocab_size=V, n_ctx=N_CTX, depth=depth,
-                        n_head=cfg.n_head, width=0 if kind == "medusa" else cfg.d_model // 2,
-                        draft_vocab=() if kind == "medusa" else DRAFT_VOCAB)
+        hc = HeadConfig(
+            kind,
+            d_model=cfg.d_model,
+            vocab_size=V,
+            n_ctx=N_CTX,
+            depth=depth,
+            n_head=cfg.n_head,
+            width=0 if kind == "medusa" else cfg.d_model // 2,
+            draft_vocab=() if kind == "medusa" else DRAFT_VOCAB,
+        )
         graphdef, params = nnx.split(build(hc, seed=10 + i))
         leaves, treedef = jax.tree.flatten(params)
         keys = jax.random.split(jax.random.key(20 + i), len(leaves))
-        leaves = [jax.random.normal(k, x.shape) * (3.0 / x.shape[0] ** 0.5) if x.ndim >= 2 else x
-                  for k, x in zip(keys, leaves)]
+        leaves = [
+            jax.random.normal(k, x.shape) * (3.0 / x.shape[0] ** 0.5) if x.ndim >= 2 else x
+            for k, x in zip(keys, leaves)
+        ]
         params = jax.tree.unflatten(treedef, leaves)
         if kind == "eagle":  # its projection back to the target's width, scaled like the
             # rest, makes f̂ so large that q is one-hot (a head that never samples, which the

@@ -38,17 +38,20 @@ M, GAMMA = 4, 3
 SCHEDULE = (0, 3, 0, 0, 2, 1, 3, 0)  # the γ of step 1, 2, ...; repeated
 CELLS = {"T1": (1.0, 0, 1.0), "T0.7-topk3-topp0.9": (0.7, 3, 0.9)}
 
+
 @pytest.fixture(scope="module")
 def pair():
     return tiny_pair()
 
 
 def pvalue(pair, setting, n, seed) -> float:
-    seqs = run_engine_rows(pair, SamplingParams.make(*setting).per_row(n), n, M, GAMMA,
-                           SCHEDULE, seed)
+    seqs = run_engine_rows(
+        pair, SamplingParams.make(*setting).per_row(n), n, M, GAMMA, SCHEDULE, seed
+    )
     assert {len(s) for s in seqs} == {M}
-    return chi_square_pvalue(encode(seqs), exact_law(pair[0], PROMPT, M,
-                                                     SamplingParams.make(*setting)))
+    return chi_square_pvalue(
+        encode(seqs), exact_law(pair[0], PROMPT, M, SamplingParams.make(*setting))
+    )
 
 
 @pytest.mark.parametrize("cell", CELLS)
@@ -58,7 +61,8 @@ def test_adaptive_gamma_keeps_the_law(pair, cell):
 
 
 def test_power_a_plain_step_that_forgets_the_sampling_settings_is_caught(pair, break_with):
-    break_with(adaptive, "sampling_probs",
-               lambda logits, sp, made=None: jax.nn.softmax(logits, axis=-1))
+    break_with(
+        adaptive, "sampling_probs", lambda logits, sp, made=None: jax.nn.softmax(logits, axis=-1)
+    )
     p = pvalue(pair, CELLS["T0.7-topk3-topp0.9"], N, seed=11)
     assert p < POWER, f"p-value {p:.3g}: the broken plain step was not caught"

@@ -46,8 +46,19 @@ def pair():
 
 def _check(pair, drafter, dparams, gamma, n, seed, sp=SamplingParams.make(1.0), tree=None):
     target = pair[0]
-    out = run_speculative(target, drafter, dparams, [PROMPT] * n, M, sp, gamma, seed,
-                          tree=tree, top=False, max_new=MAX_NEW)[tuple(PROMPT)]
+    out = run_speculative(
+        target,
+        drafter,
+        dparams,
+        [PROMPT] * n,
+        M,
+        sp,
+        gamma,
+        seed,
+        tree=tree,
+        top=False,
+        max_new=MAX_NEW,
+    )[tuple(PROMPT)]
     lengths = sorted({len(s) for s in out})
     assert lengths == [M], f"rows ended with {lengths} new tokens; autoregressive gives {M}"
     pvalue = chi_square_pvalue(encode(out), exact_law(target, PROMPT, M, sp))
@@ -62,8 +73,15 @@ def test_smoke_context_end_law_at_20k(pair):
 @pytest.mark.slow
 @pytest.mark.parametrize("gamma", [3, 5])
 def test_draft_model_at_the_context_end(pair, gamma):
-    _check(pair, DraftModel(pair[1][1], pair[1][0]), pair[1][2], gamma, N, seed=310 + gamma,
-           sp=SamplingParams.make(0.7, 0, 0.9))
+    _check(
+        pair,
+        DraftModel(pair[1][1], pair[1][0]),
+        pair[1][2],
+        gamma,
+        N,
+        seed=310 + gamma,
+        sp=SamplingParams.make(0.7, 0, 0.9),
+    )
 
 
 @pytest.mark.slow
@@ -76,5 +94,6 @@ def test_prompt_lookup_at_the_context_end(pair):
 def test_a_tree_at_the_context_end(pair):
     """A 2,2,1 SpecInfer tree (sampled siblings, depth 3): cut at the end, not shrunk."""
     tree = Tree.from_branching((2, 2, 1))
-    _check(pair, DraftModel(pair[1][1], pair[1][0]), pair[1][2], tree.max_depth, N, seed=330,
-           tree=tree)
+    _check(
+        pair, DraftModel(pair[1][1], pair[1][0]), pair[1][2], tree.max_depth, N, seed=330, tree=tree
+    )

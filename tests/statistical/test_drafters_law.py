@@ -70,8 +70,9 @@ def pvalues(setup, name, sp, gamma, n, seed, prompts=(PROMPT,)):
 @pytest.mark.parametrize("name", DRAFTERS)
 def test_smoke_law_at_20k(setup, name):
     """N = 20,000, γ = 3, T = 1, two prompts of different lengths in one batch."""
-    for pvalue in pvalues(setup, name, SamplingParams.make(1.0), 3, 20_000, seed=100,
-                          prompts=(PROMPT, PROMPT_B)):
+    for pvalue in pvalues(
+        setup, name, SamplingParams.make(1.0), 3, 20_000, seed=100, prompts=(PROMPT, PROMPT_B)
+    ):
         assert pvalue > THRESHOLD, f"{name}: p-value {pvalue:.3g}"
 
 
@@ -86,8 +87,7 @@ def test_lookup_runs_include_rounds_without_drafts(setup):
     drafter, dparams = drafters["ngram"]
     tokens, lengths = pad_prompts([list(PROMPT)] * 500 + [list(PROMPT_B)] * 500, cfg.n_ctx)
     spec = Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=3, eos_id=-1)
-    _, stats = spec.run(p, dparams, tokens, lengths, jax.random.key(0),
-                        SamplingParams.make(1.0), M)
+    _, stats = spec.run(p, dparams, tokens, lengths, jax.random.key(0), SamplingParams.make(1.0), M)
     rounds = np.asarray(stats.hist).sum(1)
     drafted = np.asarray(stats.drafted)
     assert np.all(drafted <= 3 * (rounds - 1)), "round 1 has no drafts in any row"
@@ -124,11 +124,15 @@ def _sample_at_other_temperature(key, q):
 BROKEN = {
     "residual_replaced_by_p": (nanospec.verify, "residual", _residual_is_p),
     "rollback_off_by_one": (nanospec.speculative.Speculation, "commit", _rollback_off_by_one),
-    "q_from_the_wrong_temperature": (nanospec.heads.drafters, "sample_rows",
-                                     _sample_at_other_temperature),
+    "q_from_the_wrong_temperature": (
+        nanospec.heads.drafters,
+        "sample_rows",
+        _sample_at_other_temperature,
+    ),
 }
 ROUTES = [("ngram", "residual_replaced_by_p"), ("ngram", "rollback_off_by_one")] + [
-    (head, broken) for head in ("medusa", "eagle", "mtp") for broken in BROKEN]
+    (head, broken) for head in ("medusa", "eagle", "mtp") for broken in BROKEN
+]
 
 
 @pytest.mark.slow

@@ -37,8 +37,12 @@ MAX_NEW = 40
 def setup():
     bundle = Bundle.load(SHIPPED, EVERYTHING)
     cfg, g, p = bundle.models["target"]
-    texts = ["The capital of France is"] + workload_prompts("facts", 3) + \
-        workload_prompts("repetitive", 2) + workload_prompts("code", 2)
+    texts = (
+        ["The capital of France is"]
+        + workload_prompts("facts", 3)
+        + workload_prompts("repetitive", 2)
+        + workload_prompts("code", 2)
+    )
     ids = [bundle.tok.encode_prompt(t) for t in texts]
     tokens, lengths = pad_prompts(ids, cfg.n_ctx)
     ar, _ = generate(g, p, cfg, tokens, lengths, jax.random.key(0), GREEDY, MAX_NEW, -1)
@@ -64,11 +68,15 @@ def _check(setup, gamma, method="draft", ssd=SSDOptions()):
             continue
         t = next(i for i, (a, b) in enumerate(zip(spec, ref)) if a != b)
         gap = top2_gap(bundle.models["target"], ids[row] + ref[:t])
-        assert gap < NEAR_TIE, (f"{method}, γ={gamma}, prompt {row}: diverged at token {t} although the "
-                                f"target's top-2 gap is {gap:.2e} (not a near-tie)")
+        assert gap < NEAR_TIE, (
+            f"{method}, γ={gamma}, prompt {row}: diverged at token {t} although the "
+            f"target's top-2 gap is {gap:.2e} (not a near-tie)"
+        )
         ties.append((row, t, gap))
     for row, t, gap in ties:
-        message = f"near-tie reported: {method}, γ={gamma}, prompt {row}, token {t}, top-2 gap {gap:.2e}"
+        message = (
+            f"near-tie reported: {method}, γ={gamma}, prompt {row}, token {t}, top-2 gap {gap:.2e}"
+        )
         print(message)
         warnings.warn(message)
     return ties
@@ -97,9 +105,11 @@ def test_greedy_identity_every_gamma(setup, method, gamma):
     _check(setup, gamma, method)
 
 
-@pytest.mark.parametrize("options", [SSDOptions("geometric:10", 0.5, "fast"),
-                                     SSDOptions("2", 1.0, "neural")],
-                         ids=["geometric10-C0.5-fast", "uniform2-neural"])
+@pytest.mark.parametrize(
+    "options",
+    [SSDOptions("geometric:10", 0.5, "fast"), SSDOptions("2", 1.0, "neural")],
+    ids=["geometric10-C0.5-fast", "uniform2-neural"],
+)
 def test_ssd_greedy_identity(setup, options):
     """SSD at γ = 4 with other fan-outs, Saguaro's C and the fast backup (the test above runs
     its defaults: one branch per k, C = 1, the neural backup)."""

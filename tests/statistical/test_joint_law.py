@@ -70,7 +70,8 @@ def test_smoke_draft_model_law_at_20k(pair):
 # Every γ with the plain and the fully combined setting; each single cut at γ = 3. (The full
 # 5 × 3 grid passed too; it was trimmed to keep CI within its time as more drafters joined.)
 MATRIX = [(s, g) for s in ("T1", "T0.7-topk3-topp0.9") for g in (1, 3, 5)] + [
-    (s, 3) for s in ("T0.7", "topk3", "topp0.8")]
+    (s, 3) for s in ("T0.7", "topk3", "topp0.8")
+]
 
 
 @pytest.mark.slow
@@ -84,8 +85,14 @@ def test_draft_model_joint_law(pair, setting, gamma):
 @pytest.mark.parametrize("gamma", [2, 4])
 def test_mixed_batch_rows_each_follow_their_own_law(pair, gamma):
     """Batch > 1 with ragged rows: two prompts of different lengths interleaved, 100k each."""
-    _check_law(pair, SamplingParams.make(0.7, 0, 0.9), gamma, N, seed=10 + gamma,
-               prompts=(PROMPT, PROMPT_B))
+    _check_law(
+        pair,
+        SamplingParams.make(0.7, 0, 0.9),
+        gamma,
+        N,
+        seed=10 + gamma,
+        prompts=(PROMPT, PROMPT_B),
+    )
 
 
 @pytest.mark.slow

@@ -86,18 +86,42 @@ def loops(pair):
     return {
         "ar": Decoder(graphdef=g, cfg=cfg, eos_id=-1),
         "chain": Speculator(graphdef=g, cfg=cfg, drafter=draft, gamma=GAMMA, eos_id=-1),
-        "tree": TreeSpeculator(graphdef=g, cfg=cfg, drafter=draft, eos_id=-1, top=False,
-                               tree=Tree.from_branching((2, 2))),
-        "ssd": SSDSpeculator(graphdef=g, cfg=cfg, drafter=draft, gamma=GAMMA, eos_id=-1,
-                             fanout=uniform_fanout(1, GAMMA), saguaro_c=1.0, backup="neural"),
+        "tree": TreeSpeculator(
+            graphdef=g,
+            cfg=cfg,
+            drafter=draft,
+            eos_id=-1,
+            top=False,
+            tree=Tree.from_branching((2, 2)),
+        ),
+        "ssd": SSDSpeculator(
+            graphdef=g,
+            cfg=cfg,
+            drafter=draft,
+            gamma=GAMMA,
+            eos_id=-1,
+            fanout=uniform_fanout(1, GAMMA),
+            saguaro_c=1.0,
+            backup="neural",
+        ),
     }
 
 
 def shared_pvalue(pair, held, name, seed) -> float:
     loop = loops(pair)[name]
     sp = hold_params(SHARED, held)
-    out = run_speculative(pair[0], loop.drafter if name != "ar" else None, pair[1][2],
-                          [PROMPT] * N, M, sp, GAMMA, seed, chunk=N // 2, loop=loop)
+    out = run_speculative(
+        pair[0],
+        loop.drafter if name != "ar" else None,
+        pair[1][2],
+        [PROMPT] * N,
+        M,
+        sp,
+        GAMMA,
+        seed,
+        chunk=N // 2,
+        loop=loop,
+    )
     seqs = out[tuple(PROMPT)]
     assert {len(s) for s in seqs} == {M}
     law = exact_law(pair[0], PROMPT, M, SamplingParams.make(*SHARED), held, MIN_NEW)
@@ -122,6 +146,7 @@ def test_min_tokens_keeps_the_law_in_the_engines_rows(pair, held):
 def test_power_a_round_that_holds_from_its_start_is_caught(pair, held, break_with):
     def from_start(logits, sp, made=None):  # every position counted as the round's first
         return sampling_probs(logits, sp, None if made is None else made[..., :1])
+
     break_with(nanospec.speculative, "sampling_probs", from_start)
     p = shared_pvalue(pair, held, "chain", seed=21)
     assert p < POWER, f"p-value {p:.3g}: a hold that ignores the position in the round passed"

@@ -74,7 +74,11 @@ REAL_COMMIT = nanospec.speculative.Speculation.commit
 BROKEN = {
     "residual_replaced_by_p": (nanospec.verify, "residual", _residual_is_p),
     "bonus_from_wrong_position": (nanospec.verify, "bonus_probs", _bonus_from_wrong_position),
-    "q_from_the_wrong_temperature": (nanospec.drafters, "sample_rows", _sample_at_other_temperature),
+    "q_from_the_wrong_temperature": (
+        nanospec.drafters,
+        "sample_rows",
+        _sample_at_other_temperature,
+    ),
     "rollback_off_by_one": (nanospec.speculative.Speculation, "commit", _rollback_off_by_one),
     "bonus_dropped": (nanospec.speculative, "emit_count", _drop_bonus),
 }

@@ -60,8 +60,12 @@ M, GAMMA = 4, 3
 CHUNK = 25_000  # rows per batch: every branch copies the draft's cache (ΣF copies)
 CELLS = {  # name: (fan-out, C, backup, (temperature, top_k, top_p))
     "geometric6-C0.5-fast-T1": (geometric_fanout(6, 0.6, 0.5, GAMMA), 0.5, "fast", (1.0, 0, 1.0)),
-    "uniform2-C0.7-neural-T0.7-topk3-topp0.9": (uniform_fanout(2, GAMMA), 0.7, "neural",
-                                                (0.7, 3, 0.9)),
+    "uniform2-C0.7-neural-T0.7-topk3-topp0.9": (
+        uniform_fanout(2, GAMMA),
+        0.7,
+        "neural",
+        (0.7, 3, 0.9),
+    ),
 }
 
 
@@ -72,17 +76,27 @@ def pair():
 
 def ssd_loop(pair, fanout, c, backup):
     (cfg, g, _), draft = pair
-    return SSDSpeculator(graphdef=g, cfg=cfg, drafter=DraftModel(draft[1], draft[0]),
-                         gamma=GAMMA, eos_id=-1, fanout=fanout, saguaro_c=c, backup=backup)
+    return SSDSpeculator(
+        graphdef=g,
+        cfg=cfg,
+        drafter=DraftModel(draft[1], draft[0]),
+        gamma=GAMMA,
+        eos_id=-1,
+        fanout=fanout,
+        saguaro_c=c,
+        backup=backup,
+    )
 
 
 def pvalues(pair, loop, sp, n, seed, prompts=(PROMPT,)):
     target, draft = pair
     rows = [list(prompts[i % len(prompts)]) for i in range(n)]
-    out = run_speculative(target, loop.drafter, draft[2], rows, M, sp, GAMMA, seed, chunk=CHUNK,
-                          loop=loop)
-    return [chi_square_pvalue(encode(out[tuple(p)]), exact_law(target, list(p), M, sp))
-            for p in prompts]
+    out = run_speculative(
+        target, loop.drafter, draft[2], rows, M, sp, GAMMA, seed, chunk=CHUNK, loop=loop
+    )
+    return [
+        chi_square_pvalue(encode(out[tuple(p)]), exact_law(target, list(p), M, sp)) for p in prompts
+    ]
 
 
 def round_by_round(pair, loop, sp, n, seed, max_new=M):
@@ -90,8 +104,7 @@ def round_by_round(pair, loop, sp, n, seed, max_new=M):
     target, draft = pair
     tokens, lengths = pad_prompts([PROMPT] * n, target[0].n_ctx)
     hit, acc, live = [], [], []
-    for rnd in loop.rounds(target[2], draft[2], tokens, lengths, jax.random.key(seed), sp,
-                           max_new):
+    for rnd in loop.rounds(target[2], draft[2], tokens, lengths, jax.random.key(seed), sp, max_new):
         hit.append(np.asarray(rnd.trace.cached))
         acc.append(np.asarray(rnd.trace.verdict.n_accepted))
         live.append(np.asarray(rnd.trace.live))
@@ -101,8 +114,9 @@ def round_by_round(pair, loop, sp, n, seed, max_new=M):
 def test_smoke_ssd_law_at_20k(pair):
     """N = 20,000: uniform fan-out 1, C = 1, the neural backup, two prompts in one batch."""
     loop = ssd_loop(pair, uniform_fanout(1, GAMMA), 1.0, "neural")
-    for pvalue in pvalues(pair, loop, SamplingParams.make(1.0), 20_000, seed=100,
-                          prompts=(PROMPT, PROMPT_B)):
+    for pvalue in pvalues(
+        pair, loop, SamplingParams.make(1.0), 20_000, seed=100, prompts=(PROMPT, PROMPT_B)
+    ):
         assert pvalue > THRESHOLD, f"p-value {pvalue:.3g}"
 
 
@@ -137,9 +151,11 @@ def _greedy_on_miss(key, proposal, p, n_draft):
     n = jnp.sum(jnp.cumprod(match.astype(jnp.int32), axis=1), axis=1)
     law = p[jnp.arange(drafts.shape[0]), n]  # (B, V)
     token = sample_rows(jax.random.fold_in(key, 7), law)
-    return right._replace(n_accepted=jnp.where(hit, right.n_accepted, n),
-                          token=jnp.where(hit, right.token, token),
-                          is_bonus=jnp.where(hit, right.is_bonus, n == G))
+    return right._replace(
+        n_accepted=jnp.where(hit, right.n_accepted, n),
+        token=jnp.where(hit, right.token, token),
+        is_bonus=jnp.where(hit, right.is_bonus, n == G),
+    )
 
 
 def _by_k_alone(branch_k, t, outcome):
@@ -177,6 +193,8 @@ def test_a_cache_looked_up_by_k_alone_is_exact_but_accepts_less(pair, break_with
     # Drafts accepted per hit round, right lookup vs k alone (Welch's z on the round means).
     right, wrong = acc[hit & live], acc_k[hit_k & live_k]
     z = (right.mean() - wrong.mean()) / np.sqrt(right.var() / len(right) + wrong.var() / len(wrong))
-    print(f"drafts accepted per hit round: {right.mean():.3f} by (k, t*), {wrong.mean():.3f} "
-          f"by k alone: z = {z:.1f}")
+    print(
+        f"drafts accepted per hit round: {right.mean():.3f} by (k, t*), {wrong.mean():.3f} "
+        f"by k alone: z = {z:.1f}"
+    )
     assert z > 5, f"acceptance on hits {right.mean():.3f} vs {wrong.mean():.3f}: z = {z:.1f}"

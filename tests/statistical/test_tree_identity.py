@@ -98,15 +98,20 @@ def test_siblings_leave_the_parent_with_law_p(data):
     np.testing.assert_allclose(iid_law(p, q, m), p, atol=TOL, err_msg="i.i.d. siblings")
     np.testing.assert_allclose(top_m_law(p, q, m), p, atol=TOL, err_msg="top-m point masses")
     full_support = 0.5 * q + 0.5 / len(q)  # m distinct draws need m tokens with mass
-    np.testing.assert_allclose(without_replacement_law(p, full_support, m), p, atol=TOL,
-                               err_msg="without replacement, node_q updated")
+    np.testing.assert_allclose(
+        without_replacement_law(p, full_support, m),
+        p,
+        atol=TOL,
+        err_msg="without replacement, node_q updated",
+    )
 
 
 def test_without_replacement_and_stale_node_q_is_not_exact():
     """trees/tree.py's counterexample: p = [0 .2 .8], q = [.9 .1 0] -> token 1 every time."""
     p, q = np.array([0.0, 0.2, 0.8]), np.array([0.9, 0.1, 0.0])
-    np.testing.assert_allclose(without_replacement_law(p, q, 2, update_node_q=False), [0, 1, 0],
-                               atol=TOL)
+    np.testing.assert_allclose(
+        without_replacement_law(p, q, 2, update_node_q=False), [0, 1, 0], atol=TOL
+    )
     np.testing.assert_allclose(without_replacement_law(p, q, 2), p, atol=TOL)  # the fix
 
 
@@ -160,8 +165,11 @@ def target_law(p_table: np.ndarray) -> np.ndarray:
     """P(t1 t2 t3) by the chain rule, indexed by the base-V code t1·16 + t2·4 + t3."""
     p = p_table.astype(np.float64)
     t = np.array(list(itertools.product(range(V), repeat=M)))  # (64, 3)
-    return (p[OFFSET[0], t[:, 0]] * p[OFFSET[1] + t[:, 0], t[:, 1]]
-            * p[OFFSET[2] + V * t[:, 0] + t[:, 1], t[:, 2]])
+    return (
+        p[OFFSET[0], t[:, 0]]
+        * p[OFFSET[1] + t[:, 0], t[:, 1]]
+        * p[OFFSET[2] + V * t[:, 0] + t[:, 1], t[:, 2]]
+    )
 
 
 def draft_tree(key, committed, length, tree: Tree, top_k: bool, p_table, q_table):
@@ -198,8 +206,9 @@ def generate(key, p_table, q_table, tree: Tree, top_k: bool, n: int):
     rows = jnp.arange(n)
     for rnd in range(M):  # every round commits at least one token
         key_draft, key_verify = jax.random.split(jax.random.fold_in(key, rnd))
-        tokens, node_q, p = draft_tree(key_draft, committed, jnp.minimum(length, M - 1), tree,
-                                       top_k, p_table, q_table)
+        tokens, node_q, p = draft_tree(
+            key_draft, committed, jnp.minimum(length, M - 1), tree, top_k, p_table, q_table
+        )
         v = verify_tree(key_verify, tokens, node_q, p, tree)
         if rnd == 0:
             first = v
@@ -209,7 +218,8 @@ def generate(key, p_table, q_table, tree: Tree, top_k: bool, n: int):
             j = s - length  # slot s takes the round's j-th token, if it has one
             take = (j >= 0) & (j <= v.n_accepted)
             committed = committed.at[:, s].set(
-                jnp.where(take, emitted[rows, jnp.clip(j, 0, tree.max_depth)], committed[:, s]))
+                jnp.where(take, emitted[rows, jnp.clip(j, 0, tree.max_depth)], committed[:, s])
+            )
         length = length + v.n_accepted + 1
     return committed, first
 

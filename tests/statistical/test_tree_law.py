@@ -41,8 +41,11 @@ POWER = 1e-12
 M = 4
 REGIMES = {  # name: (sampling, top?, tree)
     "sample-T1-2x2": (SamplingParams.make(1.0), False, Tree.from_branching((2, 2))),
-    "top-T0.7-topk3-topp0.9-3x1x1": (SamplingParams.make(0.7, 3, 0.9), True,
-                                     Tree.from_branching((3, 1, 1))),
+    "top-T0.7-topk3-topp0.9-3x1x1": (
+        SamplingParams.make(0.7, 3, 0.9),
+        True,
+        Tree.from_branching((3, 1, 1)),
+    ),
 }
 
 
@@ -59,21 +62,25 @@ def pvalues(setup, name, regime, n, seed, prompts=(PROMPT,)):
     drafter, dparams = drafters[name]
     sp, top, tree = REGIMES[regime]
     rows = [list(prompts[i % len(prompts)]) for i in range(n)]
-    out = run_speculative(target, drafter, dparams, rows, M, sp, tree.max_depth, seed,
-                          tree=tree, top=top)
-    return [chi_square_pvalue(encode(out[tuple(p)]), exact_law(target, list(p), M, sp))
-            for p in prompts]
+    out = run_speculative(
+        target, drafter, dparams, rows, M, sp, tree.max_depth, seed, tree=tree, top=top
+    )
+    return [
+        chi_square_pvalue(encode(out[tuple(p)]), exact_law(target, list(p), M, sp)) for p in prompts
+    ]
 
 
 def test_smoke_tree_law_at_20k(setup):
     """N = 20,000: the draft model's SpecInfer tree, two prompts of different lengths."""
-    for pvalue in pvalues(setup, "draft", "sample-T1-2x2", 20_000, seed=100,
-                          prompts=(PROMPT, PROMPT_B)):
+    for pvalue in pvalues(
+        setup, "draft", "sample-T1-2x2", 20_000, seed=100, prompts=(PROMPT, PROMPT_B)
+    ):
         assert pvalue > THRESHOLD, f"p-value {pvalue:.3g}"
 
 
 CELLS = [("draft", regime) for regime in REGIMES] + [
-    (head, "sample-T1-2x2") for head in ("medusa", "eagle", "mtp")]
+    (head, "sample-T1-2x2") for head in ("medusa", "eagle", "mtp")
+]
 
 
 @pytest.mark.slow

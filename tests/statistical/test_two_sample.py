@@ -53,7 +53,9 @@ def _sample(fn, n: int, chunk: int, seed: int) -> list[tuple]:
     """n draws in chunks (every row holds its own KV caches)."""
     out = []
     for c in range(0, n, chunk):
-        out += [tuple(s) for s in fn(jax.random.fold_in(jax.random.key(seed), c), min(chunk, n - c))]
+        out += [
+            tuple(s) for s in fn(jax.random.fold_in(jax.random.key(seed), c), min(chunk, n - c))
+        ]
     return out
 
 
@@ -65,7 +67,11 @@ def reference():
         cfg, g, p = bundle.models[name]
         bundle.models[name] = (dataclasses.replace(cfg, n_ctx=CTX), g, p)
     ids = bundle.tok.encode_prompt(PROMPT)
-    return bundle, ids, _sample(lambda key, n: _ar(bundle.models["target"], ids, key, n), N, CHUNK, seed=1)
+    return (
+        bundle,
+        ids,
+        _sample(lambda key, n: _ar(bundle.models["target"], ids, key, n), N, CHUNK, seed=1),
+    )
 
 
 def unpadded(ids: list[int], n: int):

@@ -83,12 +83,15 @@ def test_output_law_equals_p_for_random_pairs(data):
     np.testing.assert_allclose(output_law(p, q), p, atol=TOL)
 
 
-@pytest.mark.parametrize("p,q", [
-    ([0.6, 0.4], [0.9, 0.1]),  # the worked example in verify.py
-    ([0.5, 0.5, 0.0], [0.0, 0.0, 1.0]),  # q puts all mass where p has none
-    ([1.0, 0.0, 0.0], [0.2, 0.3, 0.5]),  # greedy target, sampled draft
-    ([0.1, 0.2, 0.7], [0.0, 0.0, 1.0]),  # point-mass draft (prompt lookup, argmax heads)
-])
+@pytest.mark.parametrize(
+    "p,q",
+    [
+        ([0.6, 0.4], [0.9, 0.1]),  # the worked example in verify.py
+        ([0.5, 0.5, 0.0], [0.0, 0.0, 1.0]),  # q puts all mass where p has none
+        ([1.0, 0.0, 0.0], [0.2, 0.3, 0.5]),  # greedy target, sampled draft
+        ([0.1, 0.2, 0.7], [0.0, 0.0, 1.0]),  # point-mass draft (prompt lookup, argmax heads)
+    ],
+)
 def test_known_cases(p, q):
     np.testing.assert_allclose(output_law(_normalise(p), _normalise(q)), _normalise(p), atol=TOL)
 

@@ -36,10 +36,12 @@ def trace_path() -> Path:
 @pytest.fixture
 def recording():
     from viz.rounds import load_recording
+
     return load_recording(TRACE)
 
 
 @pytest.fixture
 def ssd_recording():
     from viz.rounds import load_recording
+
     return load_recording(SSD_TRACE)

@@ -15,16 +15,23 @@ def run(coro):
 def screen_text(app) -> str:
     """The whole screen as plain text, exactly as a monochrome terminal would show it."""
     width, height = app.size
-    console = Console(width=width, height=height, file=io.StringIO(), record=True,
-                      color_system=None, legacy_windows=False)
+    console = Console(
+        width=width,
+        height=height,
+        file=io.StringIO(),
+        record=True,
+        color_system=None,
+        legacy_windows=False,
+    )
     console.print(app.screen._compositor.render_update(full=True))  # what export_screenshot draws
     return console.export_text()
 
 
 def widget_text(widget) -> str:
     """One widget's content as plain text, at the widget's own width."""
-    console = Console(width=max(widget.size.width, 20), file=io.StringIO(), record=True,
-                      color_system=None)
+    console = Console(
+        width=max(widget.size.width, 20), file=io.StringIO(), record=True, color_system=None
+    )
     console.print(widget.render())
     return console.export_text()
 

@@ -52,9 +52,18 @@ def test_live_run_compiles_visibly_then_shows_what_decode_generates(bundle):
             await pilot.press("right_square_bracket")
             marks = widget_text(app.query_one(RoundTable))
             assert "✓" in marks and "★" in marks and "✗" not in marks
-        want = decode(bundle, "The capital of France is", method="draft", gamma=6, temperature=1.0,
-                      seed=7, max_new=12, with_events=True)
+        want = decode(
+            bundle,
+            "The capital of France is",
+            method="draft",
+            gamma=6,
+            temperature=1.0,
+            seed=7,
+            max_new=12,
+            with_events=True,
+        )
         assert [t for r in app.rounds for t in r.emitted] == want.tokens[0]
+
     run(go())
 
 
@@ -76,12 +85,14 @@ def test_changing_temperature_reruns_without_recompiling_but_gamma_recompiles(bu
             await finished(pilot, app)
             assert compiled_programs()[1:] == (before[1] + 1, before[2] + 1)
             assert all(r.gamma == 2 for r in app.rounds)
+
     run(go())
 
 
 def test_the_edit_dialog_runs_new_settings_and_reports_bad_ones_in_place(bundle, tmp_path):
     """Driven by the keys a person presses: Tab and Shift+Tab move between the fields (focusing
     a field selects its text, so typing replaces it), Enter runs, Escape cancels."""
+
     async def go():
         app = live(bundle, gamma=4)
         app.save_dir = tmp_path
@@ -119,6 +130,7 @@ def test_the_edit_dialog_runs_new_settings_and_reports_bad_ones_in_place(bundle,
         again = load_recording(saved[0])
         assert again.start["temperature"] == 0.5
         assert [r.emitted for r in again.rounds] == [r.emitted for r in app.rounds]
+
     run(go())
 
 
@@ -126,6 +138,7 @@ def test_the_method_key_shrinks_gamma_for_heads_and_gives_it_back(tiny_ckpt_dir)
     """Medusa drafts one token per head (4 here), so `m` lowers γ = 6 to 4 for it; the next
     method gets the γ the viewer asked for again, not the one Medusa had to use."""
     from nanospec.decode import EVERYTHING
+
     bundle = Bundle.load(tiny_ckpt_dir, EVERYTHING)
 
     async def go():
@@ -136,4 +149,5 @@ def test_the_method_key_shrinks_gamma_for_heads_and_gives_it_back(tiny_ckpt_dir)
             await pilot.press("m")
             assert (app.settings.method, app.settings.gamma) == ("eagle", 6)
             await finished(pilot, app)
+
     run(go())

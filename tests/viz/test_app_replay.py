@@ -54,6 +54,7 @@ def test_stepping_reveals_the_round_draft_by_draft_then_judges_it(recording):
             assert "residual" in widget_text(charts)
             await pilot.press("left")  # back one step: the ↻ row is hidden again
             assert "↻" not in widget_text(table)
+
     run(go())
 
 
@@ -67,6 +68,7 @@ def test_round_keys_jump_and_the_bonus_is_marked_with_a_star(recording):
             assert shown.count("✓ accepted") == 4 and "★ bonus" in shown and "✗" not in shown
             await pilot.press("left_square_bracket")
             assert app.pos.round == 1
+
     run(go())
 
 
@@ -83,6 +85,7 @@ def test_the_cursor_picks_the_position_the_charts_explain(recording):
             assert app.cursor == 4 and "Rejected ✗" in charts.chart.note
             await pilot.press("right_square_bracket")
             assert app.cursor is None  # a new round: the charts follow the play again
+
     run(go())
 
 
@@ -98,6 +101,7 @@ def test_statistics_cover_the_committed_rounds_only(recording):
             shown = widget_text(stats)
             assert f"{want['acceptance_rate']:.0%}" in shown and "target calls saved" in shown
             assert "per-position acceptance" in shown
+
     run(go())
 
 
@@ -114,12 +118,14 @@ def test_play_advances_by_itself_and_stops_at_the_end(recording):
             assert app.pos.round == len(recording.rounds) - 1
             assert app.pos.step(app.rounds).phase == Phase.COMMIT
             text = widget_text(app.query_one(TextPanel).query_one("#text-body"))
-            assert text.startswith("The capital of France is Paris. France uses the euro as its "
-                                   "currency.")
+            assert text.startswith(
+                "The capital of France is Paris. France uses the euro as its currency."
+            )
             await pilot.press("r")  # restart plays from the top
             assert app.playing and app.pos.round == 0
             await pilot.press("space", "minus")
             assert not app.playing and app.speed == SPEEDS[-2]
+
     run(go())
 
 
@@ -137,6 +143,7 @@ def test_settings_keys_in_a_replay_explain_instead_of_crashing(recording, tmp_pa
             again = load_recording(saved[0])
             assert [r.emitted for r in again.rounds] == [r.emitted for r in recording.rounds]
             assert read_jsonl(saved[0])[-1]["type"] == "run_end"
+
     run(go())
 
 
@@ -149,10 +156,24 @@ def test_an_80x24_terminal_still_shows_every_part_and_every_key(recording):
             assert len(lines) == 24 and max(len(line) for line in lines) <= 80
             for part in ("round 2 of 4", "✗", "·", "↻", "residual", "acceptance", "calls"):
                 assert part in screen, part
-            for key in ("space", "→", "←", "[ ]", "↑↓", "+ -", "restart", "edit", "1-9",
-                        "greedy", "method", "save", "quit"):
+            for key in (
+                "space",
+                "→",
+                "←",
+                "[ ]",
+                "↑↓",
+                "+ -",
+                "restart",
+                "edit",
+                "1-9",
+                "greedy",
+                "method",
+                "save",
+                "quit",
+            ):
                 assert key in screen, key  # all the controls, on two footer lines
             assert app.query_one("#timeline").display is False  # the one panel that gives way
+
     run(go())
 
 
@@ -164,18 +185,21 @@ def test_a_wide_terminal_adds_the_timeline(recording):
             assert app.query_one("#timeline").display
             assert "▒ draft" in screen and "█ verify" in screen and "▸ 3" in screen
             assert "rounds by drafts accepted" in screen  # the full statistics, not the compact
+
     run(go())
 
 
 def test_replay_loads_no_jax():
     """A course can ship traces: replaying one (here as a screenshot) never imports JAX."""
-    code = ("import sys\n"
-            "from nanospec.cli import main\n"
-            "from tests.viz.conftest import TRACE\n"
-            "import tempfile, os\n"
-            "out = os.path.join(tempfile.mkdtemp(), 's.svg')\n"
-            "assert main(['demo', '--replay', str(TRACE), '--screenshot', out]) == 0\n"
-            "assert 'textual' in sys.modules and 'jax' not in sys.modules, 'jax was imported'\n")
+    code = (
+        "import sys\n"
+        "from nanospec.cli import main\n"
+        "from tests.viz.conftest import TRACE\n"
+        "import tempfile, os\n"
+        "out = os.path.join(tempfile.mkdtemp(), 's.svg')\n"
+        "assert main(['demo', '--replay', str(TRACE), '--screenshot', out]) == 0\n"
+        "assert 'textual' in sys.modules and 'jax' not in sys.modules, 'jax was imported'\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -200,6 +224,7 @@ def test_the_help_screen_explains_every_symbol_and_why_the_output_is_exact(recor
             assert app.pos == where and isinstance(app.screen, HelpScreen)
             await pilot.press("question_mark")
             assert not isinstance(app.screen, HelpScreen)
+
     run(go())
 
 
@@ -209,17 +234,20 @@ def test_a_repeated_live_only_key_in_a_replay_shows_one_toast_not_a_stack(record
         async with app.run_test(size=(80, 24), notifications=True) as pilot:
             await pilot.press("e", "e", "g", "3", "m")
             assert len([n for n in app._notifications if "replay" in n.message]) == 1
+
     run(go())
 
 
 def test_w_saves_under_traces_which_git_ignores(recording, tmp_path, monkeypatch):
     from pathlib import Path
+
     monkeypatch.chdir(tmp_path)
 
     async def go():
         app = replay(recording)  # the default folder
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.press("w")
+
     run(go())
     assert len(list((tmp_path / "traces").glob("nanospec-trace-*.jsonl"))) == 1
     ignored = (Path(__file__).parents[2] / ".gitignore").read_text().split()

@@ -38,11 +38,32 @@ def make_round(r=0, accepted=1, bonus=False):
     head = {"schema": 2, "round": r, "row": 0}
     drafts = [(11, " Paris", 0.6), (12, " and", 0.5), (13, " the", 0.3)]
     p = [0.9, 0.1, 0.2]
-    ev = [{**head, "type": "draft", "index": i + 1, "position": 5 + i, "token": t, "text": x, "q": q,
-           "q_top": top((t, x, q), (99, " x", 0.1))} for i, (t, x, q) in enumerate(drafts)]
-    ev.append({**head, "type": "verify", "p": p,
-               "p_top": [top((11, " Paris", .9)), top((9, " is", .6), (16, " are", .2)),
-                         top((13, " the", .2)), top((14, " city", .7))]})
+    ev = [
+        {
+            **head,
+            "type": "draft",
+            "index": i + 1,
+            "position": 5 + i,
+            "token": t,
+            "text": x,
+            "q": q,
+            "q_top": top((t, x, q), (99, " x", 0.1)),
+        }
+        for i, (t, x, q) in enumerate(drafts)
+    ]
+    ev.append(
+        {
+            **head,
+            "type": "verify",
+            "p": p,
+            "p_top": [
+                top((11, " Paris", 0.9)),
+                top((9, " is", 0.6), (16, " are", 0.2)),
+                top((13, " the", 0.2)),
+                top((14, " city", 0.7)),
+            ],
+        }
+    )
     us = [0.2, 0.7, 0.1]
     for i, (t, x, q) in enumerate(drafts):
         kind = "accept" if i < accepted else ("reject" if i == accepted else "discard")
@@ -51,17 +72,47 @@ def make_round(r=0, accepted=1, bonus=False):
             e.update(p=p[i], q=q, u=us[i], ratio=p[i] / q)
         ev.append(e)
     if bonus:
-        ev.append({**head, "type": "bonus", "position": 8, "token": 14, "text": " city", "p": 0.7,
-                   "top": top((14, " city", .7))})
+        ev.append(
+            {
+                **head,
+                "type": "bonus",
+                "position": 8,
+                "token": 14,
+                "text": " city",
+                "p": 0.7,
+                "top": top((14, " city", 0.7)),
+            }
+        )
         emitted, text = [11, 12, 13, 14], " Paris and the city"
     else:
-        ev.append({**head, "type": "resample", "position": 5 + accepted, "token": 9, "text": " is",
-                   "residual": 0.8, "p": 0.6, "q": 0.05, "top": top((9, " is", .8), (15, " was", .2))})
+        ev.append(
+            {
+                **head,
+                "type": "resample",
+                "position": 5 + accepted,
+                "token": 9,
+                "text": " is",
+                "residual": 0.8,
+                "p": 0.6,
+                "q": 0.05,
+                "top": top((9, " is", 0.8), (15, " was", 0.2)),
+            }
+        )
         emitted = [t for t, _, _ in drafts[:accepted]] + [9]
         text = "".join(x for _, x, _ in drafts[:accepted]) + " is"
-    ev.append({**head, "type": "round_end", "accepted": 3 if bonus else accepted, "drafted": 3,
-               "emitted": emitted, "emitted_text": text, "length": 5 + len(emitted),
-               "draft_ms": 2.0, "verify_ms": 3.0})
+    ev.append(
+        {
+            **head,
+            "type": "round_end",
+            "accepted": 3 if bonus else accepted,
+            "drafted": 3,
+            "emitted": emitted,
+            "emitted_text": text,
+            "length": 5 + len(emitted),
+            "draft_ms": 2.0,
+            "verify_ms": 3.0,
+        }
+    )
     return round_from_events(ev)
 
 
@@ -77,8 +128,16 @@ def test_helper_doctests():
 
 def test_a_round_with_a_rejection_plays_as_eight_steps(rnd):
     phases = [(s.phase, s.k) for s in steps_of(rnd)]
-    assert phases == [(Phase.DRAFT, 1), (Phase.DRAFT, 2), (Phase.DRAFT, 3), (Phase.VERIFY, 0),
-                      (Phase.JUDGE, 1), (Phase.JUDGE, 2), (Phase.EXTRA, 0), (Phase.COMMIT, 0)]
+    assert phases == [
+        (Phase.DRAFT, 1),
+        (Phase.DRAFT, 2),
+        (Phase.DRAFT, 3),
+        (Phase.VERIFY, 0),
+        (Phase.JUDGE, 1),
+        (Phase.JUDGE, 2),
+        (Phase.EXTRA, 0),
+        (Phase.COMMIT, 0),
+    ]
 
 
 def test_all_accepted_round_judges_every_draft_then_shows_the_bonus():
@@ -128,7 +187,7 @@ def test_charts_show_the_residual_only_where_a_rejection_needs_it(rnd):
     rejected = chart(judged, 2)
     assert rejected.residual[0][1] == " is" and rejected.chosen is None  # not drawn yet
     # the drafted token ranks below p's listed tokens here, yet the p chart still shows it
-    assert [t[1:] for t in rejected.p] == [(" is", .6), (" are", .2), (" and", .1)]
+    assert [t[1:] for t in rejected.p] == [(" is", 0.6), (" are", 0.2), (" and", 0.1)]
     after = reveal(rnd, Step(0, Phase.EXTRA))
     assert chart(after, 2).chosen == 9
     assert chart(after, 4) == chart(after, 2)  # the ↻ row explains the same position as ✗

@@ -118,13 +118,26 @@ def test_race_compiles_visibly_then_space_pauses_the_clock_and_r_restarts(bundle
             assert app.playing and app.clock == 0.0
             await pilot.press("plus", "plus", "minus")
             assert app.speed == 2 * speed
+
     run(go())
 
 
 def test_race_screenshot_shows_the_finish(tmp_path, tiny_ckpt_dir, capsys):
     out = tmp_path / "race.svg"
-    code = main(["--checkpoints", str(tiny_ckpt_dir), "demo", "--race", "--temperature", "0",
-                 "--max-new-tokens", "8", "--screenshot", str(out)])
+    code = main(
+        [
+            "--checkpoints",
+            str(tiny_ckpt_dir),
+            "demo",
+            "--race",
+            "--temperature",
+            "0",
+            "--max-new-tokens",
+            "8",
+            "--screenshot",
+            str(out),
+        ]
+    )
     assert code == 0 and capsys.readouterr().out.strip() == f"wrote {out}"
     svg = svg_text(out)
     assert "ar · autoregressive" in svg and "draft · speculative γ=4" in svg
@@ -132,21 +145,43 @@ def test_race_screenshot_shows_the_finish(tmp_path, tiny_ckpt_dir, capsys):
 
 
 def test_a_prompt_too_long_to_race_is_one_sentence(tmp_path, tiny_ckpt_dir, capsys):
-    code = main(["--checkpoints", str(tiny_ckpt_dir), "demo", "--race", "--prompt", "word " * 400,
-                 "--screenshot", str(tmp_path / "s.svg")])
+    code = main(
+        [
+            "--checkpoints",
+            str(tiny_ckpt_dir),
+            "demo",
+            "--race",
+            "--prompt",
+            "word " * 400,
+            "--screenshot",
+            str(tmp_path / "s.svg"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "leaving no room to generate" in err and err.count("\n") == 1
     assert not (tmp_path / "s.svg").exists()
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--replay", "t.jsonl"], "--race times two live runs on the models, so it cannot replay"),
-    (["--method", "ar"], "--race always runs ar; give --method one of draft"),
-    (["--round", "2"], "--race shows two runs whole, so drop --round"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--replay", "t.jsonl"], "--race times two live runs on the models, so it cannot replay"),
+        (["--method", "ar"], "--race always runs ar; give --method one of draft"),
+        (["--round", "2"], "--race shows two runs whole, so drop --round"),
+    ],
+)
 def test_race_mistakes_are_one_sentence(tmp_path, capsys, argv, message):
-    code = main(["--checkpoints", str(tmp_path / "nowhere"), "demo", "--race", *argv,
-                 "--screenshot", str(tmp_path / "s.svg")])
+    code = main(
+        [
+            "--checkpoints",
+            str(tmp_path / "nowhere"),
+            "demo",
+            "--race",
+            *argv,
+            "--screenshot",
+            str(tmp_path / "s.svg"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
 
@@ -155,4 +190,5 @@ def test_race_mistakes_are_one_sentence(tmp_path, capsys, argv, message):
 def test_race_doctests(module):
     import doctest
     import importlib
+
     assert doctest.testmod(importlib.import_module(f"viz.{module}")).failed == 0

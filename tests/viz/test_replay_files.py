@@ -41,7 +41,12 @@ def test_the_example_trace_parses_into_its_rounds(recording, trace_path):
     assert rounds[-1].cut_short and not any(r.cut_short for r in rounds[:-1])  # EOS in round 4
     # a resampled token carries three numbers: the residual's (the law it was drawn from), p, q
     e = rounds[0].extra
-    assert (e.text, round(e.residual, 2), round(e.p, 2), round(e.q, 2)) == (" France", .69, .35, .13)
+    assert (e.text, round(e.residual, 2), round(e.p, 2), round(e.q, 2)) == (
+        " France",
+        0.69,
+        0.35,
+        0.13,
+    )
     assert rounds[2].extra.residual is None and rounds[2].extra.prob == rounds[2].extra.p
     assert recording.compile_ms > 0  # compiling is its own event, never inside round 1's times
     # the rounds carry every event, so statistics from them equal the trace's own summary
@@ -76,10 +81,16 @@ def broken(tmp_path, trace_path, kind):
     return out
 
 
-CASES = {"missing": "not found", "cut_mid_line": "not valid JSON", "cut_at_line": "truncated",
-         "schema": "schema 3", "round_missing_event": "round 1 is incomplete",
-         "bad_round_end": "disagree about γ",
-         "empty": "does not start with a run_start", "not_a_trace": "does not start with a run_start"}
+CASES = {
+    "missing": "not found",
+    "cut_mid_line": "not valid JSON",
+    "cut_at_line": "truncated",
+    "schema": "schema 3",
+    "round_missing_event": "round 1 is incomplete",
+    "bad_round_end": "disagree about γ",
+    "empty": "does not start with a run_start",
+    "not_a_trace": "does not start with a run_start",
+}
 
 
 @pytest.mark.parametrize("kind", sorted(CASES))
@@ -112,7 +123,7 @@ def render_every_phase(recording) -> None:
             console.print(round_table(frame, frame.focus, 60), text_view("", rounds, frame))
             for slot in {1, frame.focus, len(frame.slots)}:
                 console.print(charts(chart(frame, slot), 40, 12))
-        committed = [e for rnd in rounds[:r + 1] for e in rnd.events]
+        committed = [e for rnd in rounds[: r + 1] for e in rnd.events]
         s = summarize(committed)
         console.print(stats_view(s, 70, 12), stats_view(s, 70, 3))
         console.print(timeline_view([(x.draft_ms, x.verify_ms) for x in rounds], r, 60, 8))
@@ -161,6 +172,7 @@ def test_a_schema_1_trace_replays_with_its_resample_labelled_as_the_residual():
     """Schema 1 called the resampled token's residual probability `p`; read now, that number is
     the residual's, and p and q (never recorded) show as — rather than as a wrong p."""
     from tests.viz.conftest import SCHEMA1
+
     rnd = load_recording(SCHEMA1).rounds[0]
     assert rnd.extra.kind == "resample" and rnd.extra.p is None and rnd.extra.q is None
     frame = reveal(rnd, at_phase([rnd], 0, Phase.EXTRA).step([rnd]))

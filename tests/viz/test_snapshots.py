@@ -30,8 +30,11 @@ UPDATE = os.environ.get("NANOSPEC_UPDATE_SNAPSHOTS") == "1"
 CASES = {
     "rejection_and_residual_120x36": ((120, 36), 1, ()),
     "bonus_round_wide_160x44": ((160, 44), 3, ()),
-    "drafting_in_progress_100x30": ((100, 30), 4, ("right_square_bracket", "left", "left", "left",
-                                                   "left", "left", "left", "left")),
+    "drafting_in_progress_100x30": (
+        (100, 30),
+        4,
+        ("right_square_bracket", "left", "left", "left", "left", "left", "left", "left"),
+    ),
     "small_terminal_80x24": ((80, 24), 2, ()),
     "tiny_terminal_60x18": ((60, 18), 1, ()),
     "help_screen_80x24": ((80, 24), 1, ("question_mark",)),
@@ -45,12 +48,14 @@ def normalize(svg: str) -> str:
 
 def take(recording, size, start_round, keys) -> tuple[str, str]:
     async def go():
-        app = DemoApp(recording, source="replay capital.jsonl", autoplay=False,
-                      start_round=start_round)
+        app = DemoApp(
+            recording, source="replay capital.jsonl", autoplay=False, start_round=start_round
+        )
         async with app.run_test(size=size) as pilot:
             await pilot.press(*keys)
             await pilot.pause()
             return normalize(app.export_screenshot(title="nanospec demo")), screen_text(app)
+
     return run(go())
 
 
@@ -65,12 +70,17 @@ def test_screen_matches_snapshot(recording, name):
         text_path.write_text(text, encoding="utf-8")
         return
     if not svg_path.exists():
-        pytest.fail(f"no snapshot {svg_path.name}; make it with NANOSPEC_UPDATE_SNAPSHOTS=1, "
-                    f"then review it")
+        pytest.fail(
+            f"no snapshot {svg_path.name}; make it with NANOSPEC_UPDATE_SNAPSHOTS=1, then review it"
+        )
     want_text = text_path.read_text(encoding="utf-8")
     if text != want_text:
-        diff = "\n".join(difflib.unified_diff(want_text.splitlines(), text.splitlines(),
-                                              "snapshot", "now", lineterm=""))
+        diff = "\n".join(
+            difflib.unified_diff(
+                want_text.splitlines(), text.splitlines(), "snapshot", "now", lineterm=""
+            )
+        )
         pytest.fail(f"{name}: the screen's text changed:\n{diff}")
     assert svg == normalize(svg_path.read_text(encoding="utf-8")), (
-        f"{name}: same text but a different look (colours or styles); compare the SVGs")
+        f"{name}: same text but a different look (colours or styles); compare the SVGs"
+    )

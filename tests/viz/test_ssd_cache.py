@@ -77,36 +77,48 @@ def test_the_panel_lights_the_branch_that_hit_round_after_round_at_80_columns(ss
                 shown, screen, title = widget_text(panel), screen_text(app), panel.border_title
                 assert all(f"k={k}" in screen for k in range(5))  # every k of the cache
                 # where this round's drafts came from, and the hit rate of rounds 2..r+1
-                hits = sum(x.ssd.hit for x in rounds[1:r + 1])
-                assert ("◆ hit" if rnd.ssd.hit else "◇ no cache yet" if r == 0
-                        else "◇ miss, the neural backup drafted") in title
+                hits = sum(x.ssd.hit for x in rounds[1 : r + 1])
+                assert (
+                    "◆ hit"
+                    if rnd.ssd.hit
+                    else "◇ no cache yet"
+                    if r == 0
+                    else "◇ miss, the neural backup drafted"
+                ) in title
                 assert (f"hits {hits}/{r}" in title) if r else "hits" not in title
                 if rnd.ssd.branch is not None:  # the lit branch is the outcome, whole
                     assert lit(rnd.ssd) in screen and shown.count("◆") == 2  # branch + sentence
-                    assert ("the run ends here" if r == len(rounds) - 1
-                            else f"round {r + 2} drafts from it") in screen
+                    assert (
+                        "the run ends here"
+                        if r == len(rounds) - 1
+                        else f"round {r + 2} drafts from it"
+                    ) in screen
                 else:
                     assert "◆" not in shown and f"not cached: round {r + 2} misses" in screen
                 await pilot.press("right_square_bracket")
             await pilot.press("left")  # the last round before its verdict: nothing lit yet
             assert "◆" not in widget_text(panel)
+
     run(go())
 
 
 def test_the_first_round_names_its_branches_whole_and_the_outcome(ssd_recording):
     """Round 1 at 80×24 (two lines): every guess shows whole, ' Par' lit under k = 0."""
+
     async def go():
         app = replay(ssd_recording, start_round=1)
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.pause()
             lines = [line.strip() for line in screen_text(app).splitlines() if "k=" in line]
-            assert lines == ["k=0 ◆' Par' ' Athens'  k=1 'akar' 'and'  k=2 ',' ')'  "
-                             "k=3 ' The' ' France'",
-                             "k=4 ' person' ' map'  ◆ (0, ' Par') cached: round 2 drafts from it."]
+            assert lines == [
+                "k=0 ◆' Par' ' Athens'  k=1 'akar' 'and'  k=2 ',' ')'  k=3 ' The' ' France'",
+                "k=4 ' person' ' map'  ◆ (0, ' Par') cached: round 2 drafts from it.",
+            ]
             await pilot.press("left", "left")  # judging: the cache is built, the verdict not in
             assert "◆" not in widget_text(app.query_one(CachePanel))
             await pilot.press(*["left"] * 5)  # drafting: the cache is not built yet
             assert "pre-drafts round 2" in widget_text(app.query_one(CachePanel))
+
     run(go())
 
 
@@ -123,6 +135,7 @@ def test_a_tall_screen_gives_the_whole_sentence_and_the_help_explains_the_marks(
             lines = screen_text(app).splitlines()
             for symbol, word in (("◆", "hit:"), ("◇", "miss:")):
                 assert any(symbol in line and word in line for line in lines), symbol
+
     run(go())
 
 
@@ -136,15 +149,20 @@ def test_a_draft_run_has_no_cache_panel(recording):
             await pilot.pause()
             assert isinstance(app.screen, HelpScreen)
             assert "◆" not in screen_text(app)  # its help leaves SSD's marks out
+
     run(go())
 
 
 def test_a_live_ssd_run_draws_its_cache_and_the_method_key_takes_it_away(tiny_ckpt_dir):
     """On the tiny models the target and draft share weights, so greedy SSD guesses every
     bonus: every round after the first hits."""
+
     async def go():
-        app = DemoApp(bundle=Bundle.load(tiny_ckpt_dir), autoplay=False,
-                      settings=Settings(method="ssd", max_new=12, temperature=0.0))
+        app = DemoApp(
+            bundle=Bundle.load(tiny_ckpt_dir),
+            autoplay=False,
+            settings=Settings(method="ssd", max_new=12, temperature=0.0),
+        )
         async with app.run_test(size=(80, 24)) as pilot:
             assert app.query_one(CachePanel).display
             await wait_until(pilot, lambda: app.done or bool(app.error), what="the ssd run")
@@ -159,4 +177,5 @@ def test_a_live_ssd_run_draws_its_cache_and_the_method_key_takes_it_away(tiny_ck
             await pilot.press("m")  # ssd -> draft: the panel goes
             assert app.settings.method == "draft" and not app.query_one(CachePanel).display
             await wait_until(pilot, lambda: app.done or bool(app.error), what="the draft run")
+
     run(go())

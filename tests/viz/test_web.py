@@ -21,9 +21,16 @@ from nanospec.cli import build_parser, main
 from viz.web import demo_command, page_url, shell_line
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--disable-dev-shm-usage"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 PROMPT = "The capital of France is"
 
 # xterm.js keeps the terminal's text in its buffer, but textual-serve's page keeps its Terminal
@@ -81,9 +88,26 @@ def test_the_demo_plays_in_a_browser_and_the_server_stops_cleanly(tmp_path, tiny
     playwright = pytest.importorskip("playwright.sync_api", reason="pip install -e '.[test]'")
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "nanospec", "--checkpoints", str(tiny_ckpt_dir), "demo",
-         "--web", "--port", str(port), "--max-new-tokens", "8", "--seed", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+        [
+            sys.executable,
+            "-m",
+            "nanospec",
+            "--checkpoints",
+            str(tiny_ckpt_dir),
+            "demo",
+            "--web",
+            "--port",
+            str(port),
+            "--max-new-tokens",
+            "8",
+            "--seed",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         wait_for_port(port, server)
         # The page sends the browser back to the address it used, not to the one served on.
@@ -92,19 +116,28 @@ def test_the_demo_plays_in_a_browser_and_the_server_stops_cleanly(tmp_path, tiny
 
         with playwright.sync_playwright() as p:
             browser = p.chromium.launch_persistent_context(
-                tmp_path / "profile", executable_path=str(CHROMIUM), headless=True,
-                args=CHROMIUM_ARGS, viewport={"width": 1280, "height": 800})
+                tmp_path / "profile",
+                executable_path=str(CHROMIUM),
+                headless=True,
+                args=CHROMIUM_ARGS,
+                viewport={"width": 1280, "height": 800},
+            )
             page = browser.new_page()
             page.add_init_script(CATCH_TERMINAL)
             # The page also asks Google for a font; refused at once, it falls back to monospace
             # (offline, an unanswered lookup could hold the page's load event, and so its start).
-            page.route(lambda url: not url.startswith(f"http://127.0.0.1:{port}/"),
-                       lambda route: route.abort())
+            page.route(
+                lambda url: not url.startswith(f"http://127.0.0.1:{port}/"),
+                lambda route: route.abort(),
+            )
             page.goto(f"http://127.0.0.1:{port}/", wait_until="domcontentloaded")
             # The prompt and "round 1 of": this visitor's demo loaded the models and drafted.
-            page.wait_for_function(f"() => {{ const s = ({SCREEN_TEXT})(); return "
-                                   f"s.includes({PROMPT!r}) && s.includes('round 1 of'); }}",
-                                   polling=250, timeout=120_000)
+            page.wait_for_function(
+                f"() => {{ const s = ({SCREEN_TEXT})(); return "
+                f"s.includes({PROMPT!r}) && s.includes('round 1 of'); }}",
+                polling=250,
+                timeout=120_000,
+            )
             screen = page.evaluate(SCREEN_TEXT)
             assert "space  play/pause" in screen and "γ=4" in screen
             shot = page.screenshot(path=tmp_path / "demo.png")
@@ -127,8 +160,23 @@ def test_the_demo_plays_in_a_browser_and_the_server_stops_cleanly(tmp_path, tiny
 
 def test_each_visitor_runs_the_same_flags_through_this_interpreter():
     args = build_parser().parse_args(
-        ["--checkpoints", "ckpt", "demo", "--web", "--port", "9000", "--prompt", "-1 + 1 = 'x'",
-         "--temperature", "0.5", "--replay", "t.jsonl", "--round", "2"])
+        [
+            "--checkpoints",
+            "ckpt",
+            "demo",
+            "--web",
+            "--port",
+            "9000",
+            "--prompt",
+            "-1 + 1 = 'x'",
+            "--temperature",
+            "0.5",
+            "--replay",
+            "t.jsonl",
+            "--round",
+            "2",
+        ]
+    )
     argv = demo_command(args)
     assert argv[:3] == [sys.executable, "-m", "nanospec"]
     assert shlex.split(shell_line(argv)) == argv
@@ -147,8 +195,10 @@ def test_page_url_names_an_address_a_browser_can_open():
 @pytest.fixture
 def never_serve(monkeypatch):
     """A refused command must stop before serving; if one did not, fail instead of hanging."""
+
     def serve(self, debug=False):
         raise AssertionError("served")
+
     monkeypatch.setattr("textual_serve.server.Server.serve", serve)
 
 
@@ -158,17 +208,27 @@ def test_without_textual_serve_it_names_the_extra(monkeypatch, capsys, never_ser
     assert main(["demo", "--web", "--port", str(free_port())]) == 2
     assert capsys.readouterr().err == (
         "nanospec: error: --web serves the demo through textual-serve, which is not installed; "
-        "install the web extra: pip install -e '.[web]'.\n")
+        "install the web extra: pip install -e '.[web]'.\n"
+    )
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--web", "--screenshot", "s.svg"], "--web serves the demo to browsers and --screenshot"),
-    (["--port", "9000"], "--host and --port say where --web serves the demo; add --web or drop"),
-    (["--host", "0.0.0.0"], "--host and --port say where --web serves the demo"),
-    (["--web", "--method", "ar"], "ar drafts nothing"),
-    (["--web", "--race", "--round", "2"], "--race shows two runs whole, so drop --round."),
-    (["--web", "--host", "nowhere.invalid"], "Cannot serve the demo on nowhere.invalid port 8000"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--web", "--screenshot", "s.svg"], "--web serves the demo to browsers and --screenshot"),
+        (
+            ["--port", "9000"],
+            "--host and --port say where --web serves the demo; add --web or drop",
+        ),
+        (["--host", "0.0.0.0"], "--host and --port say where --web serves the demo"),
+        (["--web", "--method", "ar"], "ar drafts nothing"),
+        (["--web", "--race", "--round", "2"], "--race shows two runs whole, so drop --round."),
+        (
+            ["--web", "--host", "nowhere.invalid"],
+            "Cannot serve the demo on nowhere.invalid port 8000",
+        ),
+    ],
+)
 def test_refusals_are_one_sentence(tmp_path, capsys, monkeypatch, never_serve, argv, message):
     monkeypatch.chdir(tmp_path)
     assert main(["demo", *argv]) == 2
@@ -190,8 +250,10 @@ def test_a_taken_port_is_refused_before_announcing_it(capsys, never_serve):
         assert main(["demo", "--web", "--port", str(port)]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == (f"nanospec: error: Cannot serve the demo on 127.0.0.1 port {port}: "
-                   f"Address already in use; give another --host or --port.\n")
+    assert err == (
+        f"nanospec: error: Cannot serve the demo on 127.0.0.1 port {port}: "
+        f"Address already in use; give another --host or --port.\n"
+    )
 
 
 def test_a_replay_that_is_no_trace_is_refused_before_serving(tmp_path, capsys, never_serve):

@@ -7,8 +7,9 @@ residual norm(max(0, p − q)). Tokens the draft already supplies come out too o
 import numpy as np
 
 
-def verify_row(rng: np.random.Generator, drafts: np.ndarray, q: np.ndarray,
-               p: np.ndarray) -> tuple[int, int]:
+def verify_row(
+    rng: np.random.Generator, drafts: np.ndarray, q: np.ndarray, p: np.ndarray
+) -> tuple[int, int]:
     gamma, V = len(drafts), p.shape[-1]
     for i, x in enumerate(drafts):
         if rng.random() * q[i, x] >= p[i, x]:

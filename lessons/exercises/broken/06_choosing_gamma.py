@@ -9,6 +9,7 @@ E), so the choice drifts towards long ones.
 
 def best_gamma(alpha: float, c: float, r: list[float], gammas: list[int]) -> int:
     def speedup(gamma: int, r_gamma: float) -> float:
-        tokens = (1 - alpha ** gamma) / (1 - alpha) if alpha < 1 else gamma  # the mistake
+        tokens = (1 - alpha**gamma) / (1 - alpha) if alpha < 1 else gamma  # the mistake
         return tokens / (gamma * c + r_gamma)
+
     return max(zip(gammas, r), key=lambda gr: speedup(*gr))[0]

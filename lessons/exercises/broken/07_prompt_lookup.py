@@ -11,8 +11,8 @@ def lookup(context: list[int], gamma: int, max_ngram: int = 3, min_ngram: int = 
     for n in range(max_ngram, min_ngram - 1, -1):
         if L <= n:
             continue
-        suffix = context[L - n:]
+        suffix = context[L - n :]
         for j in range(n - 1, L - 1):  # earliest first; j <= L - 2
-            if context[j - n + 1: j + 1] == suffix:
-                return context[j + 1: j + 1 + gamma]  # runs out at the end: the mistake
+            if context[j - n + 1 : j + 1] == suffix:
+                return context[j + 1 : j + 1 + gamma]  # runs out at the end: the mistake
     return []

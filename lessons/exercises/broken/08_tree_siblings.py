@@ -7,8 +7,9 @@ left by the rejected siblings before it — so the first siblings' tokens come o
 import numpy as np
 
 
-def verify_siblings(rng: np.random.Generator, candidates: np.ndarray, q: np.ndarray,
-                    p: np.ndarray) -> int:
+def verify_siblings(
+    rng: np.random.Generator, candidates: np.ndarray, q: np.ndarray, p: np.ndarray
+) -> int:
     r = np.asarray(p, float)
     for x, qk in zip(candidates, q):
         if rng.random() * qk[x] < p[x]:

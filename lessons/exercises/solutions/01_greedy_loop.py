@@ -8,7 +8,7 @@ def greedy_speculative(target, draft, prompt: list[int], gamma: int, max_new: in
         drafts: list[int] = []
         for _ in range(min(gamma, max_new - len(out) - 1)):  # leave room for the target's token
             drafts.append(draft(context + drafts))
-        choice = target(context + drafts)[len(context) - 1:]  # its token after each prefix
+        choice = target(context + drafts)[len(context) - 1 :]  # its token after each prefix
         n = 0
         while n < len(drafts) and drafts[n] == choice[n]:
             n += 1

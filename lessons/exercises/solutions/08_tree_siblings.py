@@ -3,8 +3,9 @@
 import numpy as np
 
 
-def verify_siblings(rng: np.random.Generator, candidates: np.ndarray, q: np.ndarray,
-                    p: np.ndarray) -> int:
+def verify_siblings(
+    rng: np.random.Generator, candidates: np.ndarray, q: np.ndarray, p: np.ndarray
+) -> int:
     r = np.asarray(p, float)
     for x, qk in zip(candidates, q):
         if rng.random() * qk[x] < r[x]:
