@@ -8,7 +8,7 @@
 # the verify rule another.
 #
 # **It explains** `nanospec/sampling.py` (`sampling_probs`, the one place where logits become
-# a law) and why `ChainJudge` (`nanospec/speculative.py`) and `DraftModel.propose`
+# the law a token is drawn from) and why `ChainJudge` (`nanospec/speculative.py`) and `DraftModel.propose`
 # (`nanospec/drafters.py`) both call it with the same `SamplingParams`.
 #
 # Sampling settings change the law we *want*: the target's logits give p' = sampling_probs(

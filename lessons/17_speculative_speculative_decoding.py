@@ -82,8 +82,8 @@ sampled, _ = run(T1)
 #
 # Row 0 of a batch of 32 (the other 31 are the facts prompts of the benchmark), γ = 4, and
 # F = 3 guesses of t* cached for every k: 15 branches. Each draft is marked ✓ accepted, ×
-# rejected, · never judged. Then the outcome, and the cache built *during* this round's
-# verify, one line per k: the draft model's three likeliest tokens at position k+1 (for
+# rejected, · never judged. Then the outcome, and the cache built for the next round from
+# this round's drafts (on two devices, during this round's verify), one line per k: the draft model's three likeliest tokens at position k+1 (for
 # k < γ leaving out the draft x_{k+1} itself: why, in the next section). If the outcome is
 # among them, the next round's drafts are ready (◆); if not, the next round drafts late,
 # with the backup (◇). Round 1 always drafts late: there was no round before it.
@@ -131,7 +131,7 @@ show(sampled, "T = 1")
 # `hit` in a round's `ssd` event says where THIS round's drafts came from; its `outcome` and
 # `cache` are this round's, for the next. The loop decides a hit exactly as printed above: the
 # next round hits if and only if (k, t*) is one of the cached branches. We check it on every
-# round of every row, greedy and sampled.
+# round but each row's first, in every row, greedy and sampled.
 
 
 # %%
@@ -189,7 +189,7 @@ share = np.bincount(ks, minlength=GAMMA + 1) / len(ks)
 by_f = {f: would_hit(sampled, uniform_fanout(f, GAMMA)) for f in (1, 2, 3)}
 table(
     "T = 1: how rounds ended, and the share of each k's outcomes that F per k caches",
-    ["k", "t*", "rounds", *(f"F = {f}" for f in by_f), ""],
+    ["k", "t*", "share of rounds", *(f"F = {f}" for f in by_f), ""],
     [
         [
             k,
@@ -204,9 +204,12 @@ table(
 claim(share[GAMMA] > 0.5, f"at T = 1 most rounds ended with the bonus ({share[GAMMA]:.0%})")
 
 # %% [markdown]
-# Most rounds end with the bonus: after γ drafts the target agreed with, the next token is
-# usually easy, and the draft model guesses it well. The corrections are the hard part: a
-# sample from the residual, which lives where the draft model under-proposed.
+# Most rounds end with the bonus: the draft model agrees with the target on about 9 drafts in
+# 10 (lesson 08's α), so all γ = 4 pass about two times in three (0.9⁴ ≈ 0.66). The bonus is
+# also the easier outcome to cache: after γ drafts the target agreed with, the next token is
+# usually predictable, and the draft model's top guesses tend to hold it. The corrections are
+# the hard part: a correction is a sample from the residual, which has mass only where the
+# draft model under-proposed, while the cache guesses where it proposes most.
 #
 # ## Hit rate against the fan-out
 #
@@ -253,12 +256,14 @@ claim(
 claim(
     hit[2, 0.0].mean() >= 0.8,
     f"greedy, 10 branches (F = 2) hit {hit[2, 0.0].mean():.0%} "
-    "of rounds: after a rejection t* is the target's argmax, one token to guess",
+    "of rounds: t* is the target's argmax (after a rejection and for the bonus alike), "
+    "one token to guess",
 )
 claim(
     r[0.0] > 1.5 * r[1.0],
     f"greedy, misses fall faster with F (r = {r[0.0]:.2f}) than at "
-    f"T = 1 (r = {r[1.0]:.2f}), where t* is a sample from the residual",
+    f"T = 1 (r = {r[1.0]:.2f}), where t* is a sample (from p after a full accept, from the "
+    "residual after a rejection), not one fixed token",
 )
 g1, gain = geometric[1.0], hit["geometric", 1.0].mean() - hit[2, 1.0].mean()
 moved = {
@@ -300,7 +305,8 @@ claim(same, f"greedy, SSD wrote the autoregressive text on all {len(PROMPTS)} ro
 # model over [last, x₁..x_γ], and γ draft steps for each of the 15 branches of every row.
 # For the clock, the same 32 rows at T = 1 by ordinary speculation (`--method draft`) and by
 # SSD, a round of each in turn, so that both see the machine as it is (the median of rounds
-# 2 to 7; round 1 aside):
+# 2 to 7; round 1 aside). SSD's `build` runs inside its settle program, so its cost shows in
+# the verify-step column:
 
 # %%
 sd = fit(make_loop(bundle, "draft", GAMMA)[0])
@@ -341,8 +347,8 @@ console.print(
 # the backup anyway; with one row a hit's draft step is a lookup.) SSD pays only when the
 # drafter runs on hardware of its own, building the cache *while* the target verifies: then a
 # hit removes drafting from the round's critical path, and a round costs the longer of the
-# target's pass and the build. So SSD can beat ordinary speculation by at most
-# (verify + drafting) / verify = 1 / (1 − s), where s is the share of an ordinary round spent
+# target's pass and the build. So, at the same γ, SSD can beat ordinary speculation by at
+# most (verify + drafting) / verify = 1 / (1 − s), where s is the share of an ordinary round spent
 # drafting (measured above). On a CPU, where a step costs in proportion to the model, a
 # draft model 17× smaller than the target keeps s, and so the bound, modest. The timeline
 # model, and a measurement on two devices, are in docs/results.md ("SSD in time";
@@ -354,5 +360,5 @@ console.print(
 # against the law its drafts were drawn from, and the cache is built from the draft side
 # alone, so the text keeps the target's law — greedy, the very greedy text. What it buys is
 # time, and only with a second device: the hit rate says how often the next drafts are ready.
-# Greedy, a few branches per k catch nearly every outcome; at T = 1 the correction is a
-# sample, and each extra branch buys less.
+# Greedy, a few branches per k catch nearly every outcome; at T = 1, t* is a sample, and
+# misses fall slowly with more branches.

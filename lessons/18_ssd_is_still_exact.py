@@ -4,7 +4,7 @@
 # **You will see** speculative speculative decoding (lesson 17) run 4,000 times on tiny random
 # models whose exact output law can be enumerated, fit that law at T = 1 with hits and misses
 # mixed — and a broken SSD, one that judges a miss the way the paper's reference code does
-# outside JIT, rejected by the same test.
+# with its just-in-time backup off (`jit_speculate=False`), rejected by the same test.
 #
 # **It explains** why `nanospec/ssd/loop.py` needs no change to the verify rule, and what
 # `tests/statistical/test_ssd.py` checks (layers 2 and 3 of docs/design.md §5).
@@ -41,9 +41,10 @@ T1 = SamplingParams.make(1.0)
 # We test the law as the suite does (tests/statistical/test_ssd.py): on tiny random
 # models with V = 5, where every 4-token continuation can be enumerated (5⁴ = 625 of them)
 # and the target's exact law computed; 4,000 runs of the real SSD loop (γ = 3, one branch per
-# k), a chi-square test as in lesson 16. Then the same test on a broken SSD that judges misses
-# as the paper's reference code does outside JIT: accept a draft iff it is the target's argmax,
-# else sample from p. Right when p is one-hot (greedy), wrong at T = 1 — and every row's first
+# k; the suite runs 20,000 by default, 50,000 in its slow cells), a chi-square test as in
+# lesson 16. Then the same test on a broken SSD that judges misses as the paper's reference
+# code does with just-in-time speculation off (its `jit_speculate`, nothing to do with
+# `jax.jit`): accept a draft iff it is the target's argmax, else sample from p. Right when p is one-hot (greedy), wrong at T = 1 — and every row's first
 # round is a miss. (The right loop's TV from the law is not 0 either: 4,000 runs spread over
 # 625 cells are noisy. The p-value says whether a distance is more than that noise.)
 

@@ -39,9 +39,6 @@ from nanospec.methods import METHODS
 DEFAULT_CKPT = SHIPPED
 
 
-METHOD_HELP = {name: m.help for name, m in METHODS.items()}  # the method table (methods.py)
-
-
 class OneLineParser(argparse.ArgumentParser):
     """argparse, except that a mistake is one sentence, like every other nanospec error.
 
@@ -91,9 +88,9 @@ def add_generate(sub) -> None:
     )
     g.add_argument(
         "--method",
-        choices=list(METHOD_HELP),
+        choices=list(METHODS),
         default="ar",
-        help="; ".join(f"{k} = {v}" for k, v in METHOD_HELP.items()) + " (default ar)",
+        help="; ".join(f"{k} = {m.help}" for k, m in METHODS.items()) + " (default ar)",
     )
     g.add_argument(
         "--gamma", type=int_in(1, 32), default=None, help="drafted tokens per round (default 4)"
@@ -169,9 +166,7 @@ def add_eval(sub) -> None:
 def add_bench(sub) -> None:
     """`nanospec bench`'s arguments."""
     b = sub.add_parser("bench", help="measure speculative speedups (prints a table, writes JSON)")
-    b.add_argument(
-        "--methods", default="ar,draft", help="comma-separated: " + ",".join(METHOD_HELP)
-    )
+    b.add_argument("--methods", default="ar,draft", help="comma-separated: " + ",".join(METHODS))
     b.add_argument("--gamma", default="1,2,4,6,8", help="comma-separated γ values")
     b.add_argument("--temperature", type=float_arg, default=0.0)
     b.add_argument(
@@ -221,7 +216,7 @@ def add_serve(sub) -> None:
     s.add_argument("--port", type=int_in(0, 65535), default=8000)
     s.add_argument(
         "--method",
-        choices=list(METHOD_HELP),
+        choices=list(METHODS),
         default=None,
         help="how to decode (default ar); see generate --help",
     )

@@ -1,9 +1,9 @@
 """SSD on two devices: the target verifies on one as the drafter builds the cache on the other.
 
 ssd/loop.py defines one round of speculative speculative decoding from three parts — the
-proposer's `draft` (look up the cache, or run the backup), the target's side (`judge_and_commit`:
-the judge and the commit), and the hook's `build` (the next round's cache) — and proves that
-`build` reads nothing the target computes in this round.
+proposer's `propose` (look up the cache, or run the backup), the target's side
+(`judge_and_commit`: the judge and the commit), and the hook's `build` (the next round's
+cache) — and proves that `build` reads nothing the target computes in this round.
 That independence is what this driver spends. Each round, the host *enqueues*:
 
     drafter device:  draft ──────────► build (the cache for round r+1) ─┐

@@ -5,7 +5,7 @@ drafter waits while the target verifies. SSD keeps it busy: while the target jud
 the drafter guesses how round T will end and drafts round T+1 for each guess. A round with γ
 drafts ends in one of (γ+1)·V *outcomes* (k, t*): k drafts accepted, then one token t* — the
 residual's correction when k < γ (never the rejected x_{k+1}: the residual has no mass there),
-the bonus when k = γ. The guesses and their drafts form the *speculation cache*:
+the bonus when k = γ. The guesses and their drafts form the *speculation cache*.
 
 In the round of speculative.py, SSD is a proposer and a hook; the judge is the chain's:
 

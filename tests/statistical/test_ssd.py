@@ -16,7 +16,8 @@ have rows that hit and rows that miss (asserted on 2,000 rows, step by step).
 Power tests: N = 10,000 (measured: both underflow to p = 0 there), each broken
 variant must be rejected with p < 1e-12:
 (a) drafts drawn with Saguaro's q' but verified against the unscaled q;
-(b) a miss "verified" the way the reference code's non-JIT path does it — accept a draft iff it
+(b) a miss "verified" the way the reference code does with just-in-time speculation off
+    (`jit_speculate=False`, ssd/utils/verify.py; not jax.jit) — accept a draft iff it
     is the target's argmax, else sample from p — exact at T = 0 only, so tested at T = 1.
 (c) A cache looked up by k alone is *not* a law error: the branch's drafts are still verified
     against the law they were drawn from, so the text stays exact (asserted: the joint law
@@ -142,7 +143,8 @@ def _draw_with_saguaro(key, q):  # draws from q' but the caller reports (and ver
 
 
 def _greedy_on_miss(key, proposal, p, n_draft):
-    """The reference code's non-JIT miss path: accept iff the draft is p's argmax, else draw p.
+    """The reference code's miss path with just-in-time speculation off: accept iff the draft
+    is p's argmax, else draw p.
     (A rule for speculative.ChainJudge: it reads which drafts came from the cache.)"""
     drafts, hit = proposal.drafts, proposal.cached
     right = exact_rule(key, proposal, p, n_draft)
