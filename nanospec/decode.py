@@ -45,10 +45,18 @@ class Bundle:
     models: dict
 
     @classmethod
-    def load(cls, ckpt_dir, names=("target", "draft")) -> "Bundle":
-        """Load the named models and heads (`medusa`, `eagle`, `mtp` are heads)."""
+    def load(
+        cls, ckpt_dir, names=("target", "draft"), target=None, draft=None, skip=False
+    ) -> "Bundle":
+        """Load the named models and heads (`medusa`, `eagle`, `mtp` are heads). `target` and
+        `draft`: Hugging Face GPT-2-family folders in place of the shipped models (what the
+        shipped models cannot pair with is refused, or left out with `skip`: hf/folder.py)."""
         from nanospec.heads.modules import load_head
 
+        if target is not None or draft is not None:
+            from nanospec.hf.folder import load_folders
+
+            return cls(*load_folders(ckpt_dir, names, target, draft, skip))
         tok, models = load_models(ckpt_dir, [n for n in names if n not in HEADS])
         models.update({n: load_head(ckpt_dir, n) for n in names if n in HEADS})
         return cls(tok, models)

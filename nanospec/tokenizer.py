@@ -38,10 +38,10 @@ EOS_ID = 256
 FIRST_MERGE_ID = 257
 
 
-def _merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+def merge_pair(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
     """Replace every non-overlapping occurrence of `pair` in `ids` by `new_id`, left to right.
 
-    >>> _merge([1, 2, 1, 2, 3], (1, 2), 9)
+    >>> merge_pair([1, 2, 1, 2, 3], (1, 2), 9)
     [9, 9, 3]
     """
     out, i = [], 0
@@ -117,7 +117,7 @@ class Tokenizer:
             touched = Counter()
             for w in where.pop(pair):
                 old = _pairs(words[w])
-                words[w] = _merge(words[w], pair, new_id)
+                words[w] = merge_pair(words[w], pair, new_id)
                 new = _pairs(words[w])
                 for p in old.keys() | new.keys():
                     delta = (new.get(p, 0) - old.get(p, 0)) * weights[w]
@@ -141,7 +141,7 @@ class Tokenizer:
             pair = min(zip(ids, ids[1:]), key=lambda p: self.merges.get(p, float("inf")))
             if pair not in self.merges:
                 break
-            ids = _merge(ids, pair, self.merges[pair])
+            ids = merge_pair(ids, pair, self.merges[pair])
         return tuple(ids)
 
     def encode(self, text: str) -> list[int]:

@@ -1,6 +1,6 @@
 """Tests for nanospec.tokenizer: the byte-level BPE.
 
-- known answers: the classic "aaabdaaabac" worked example, merge by merge, and `_merge`'s cases;
+- known answers: the classic "aaabdaaabac" worked example, merge by merge, and `merge_pair`'s cases;
 - equivalence: the incremental trainer learns exactly the merges of a naive from-scratch BPE
   (recount every pair after every merge), and encoding equals "apply every merge in order";
 - invariants: any Unicode string round-trips losslessly, encode never emits <|endoftext|>,
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import nanospec.tokenizer
 from nanospec.errors import UserError
-from nanospec.tokenizer import EOS_TEXT, FIRST_MERGE_ID, SPLIT_PATTERN, Tokenizer, _merge
+from nanospec.tokenizer import EOS_TEXT, FIRST_MERGE_ID, SPLIT_PATTERN, Tokenizer, merge_pair
 
 # A small corpus mixing scripts, so learned tokens include pieces of multi-byte characters.
 MIXED = [
@@ -135,7 +135,7 @@ def test_merge_docstring_example():
     ],
 )
 def test_merge_replaces_non_overlapping_pairs_left_to_right(ids, pair, expected):
-    assert _merge(ids, pair, 9) == expected
+    assert merge_pair(ids, pair, 9) == expected
 
 
 def test_training_on_aaabdaaabac_learns_the_textbook_merges():

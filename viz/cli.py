@@ -22,7 +22,8 @@ import os
 import sys
 from pathlib import Path
 
-from nanospec.cli import float_arg, int_in
+from nanospec.cli import add_model_flags, float_arg, int_in
+from nanospec.cli.args import load_bundle
 from nanospec.errors import UserError
 
 LIVE_FLAGS = {
@@ -43,6 +44,7 @@ def register(subparsers) -> None:
         "demo", help="watch speculative decoding round by round (terminal UI)"
     )
     d.add_argument("--prompt", default=None, help='default "The capital of France is"')
+    add_model_flags(d)
     d.add_argument("--method", default=None, help="drafting method (default draft)")
     d.add_argument("--gamma", type=int_in(1, 32), default=None, help="drafts per round (default 4)")
     d.add_argument("--temperature", type=float_arg, default=None, help="0 = greedy (default 1)")
@@ -130,9 +132,10 @@ def live_settings(args):
     from nanospec.methods import DRAFTING
     from viz.settings import Settings
 
-    settings = Settings(
-        **{name: getattr(args, name) for name in LIVE_FLAGS if getattr(args, name) is not None}
-    )
+    given = {name: getattr(args, name) for name in LIVE_FLAGS if getattr(args, name) is not None}
+    if args.target is not None and args.draft is None:  # the shipped draft cannot pair with it
+        given.setdefault("method", "ngram")
+    settings = Settings(**given)
     drafting = DRAFTING
     if settings.method == "ar":
         raise UserError(
@@ -164,12 +167,13 @@ def build_app(args):
             start_round=args.round if interactive else None,
             autoplay=interactive,
         )
-    from nanospec.decode import EVERYTHING, Bundle
+    from nanospec.decode import EVERYTHING
     from viz.live import LiveRun
 
     settings = live_settings(args)
     say_loading(args)
-    bundle = Bundle.load(args.checkpoints, EVERYTHING)  # the method switch can pick any
+    # the method switch can pick any that the models pair with (skip: hf/folder.py)
+    bundle = load_bundle(args, EVERYTHING, skip=True)
     LiveRun(bundle, settings)  # the prompt must fit the model with this γ
     return DemoApp(
         bundle=bundle,
@@ -183,13 +187,13 @@ def build_race(args):
     """The RaceApp: ar against --method, loading only the models those two need."""
     from dataclasses import replace
 
-    from nanospec.decode import Bundle, needs
+    from nanospec.decode import needs
     from nanospec.proposers import check_gamma
     from viz.race import RaceApp
 
     settings = live_settings(args)
     say_loading(args)
-    bundle = Bundle.load(args.checkpoints, needs(settings.method))
+    bundle = load_bundle(args, needs(settings.method))
     drafter, _ = bundle.drafter(settings.method)
     if args.gamma is None:  # the default γ shrinks to what heads can draft; a given one is checked
         most = drafter.max_gamma or settings.gamma
@@ -200,7 +204,8 @@ def build_race(args):
 
 def say_loading(args) -> None:
     if args.screenshot is None:  # a second or two of silence otherwise, before the screen appears
-        print(f"nanospec: loading the models from {args.checkpoints}…", file=sys.stderr)
+        where = ", ".join(filter(None, (args.target, args.draft))) or args.checkpoints
+        print(f"nanospec: loading the models from {where}…", file=sys.stderr)
 
 
 def check_screenshot_path(path: str | Path) -> Path:

@@ -61,9 +61,11 @@ class Recorder(Widget):
 
     @property
     def methods(self) -> tuple[str, ...]:
+        from nanospec.methods import needs
         from viz.live import SPECULATIVE  # live mode only: replay never loads JAX
 
-        return SPECULATIVE
+        # what the loaded models can run (a foreign --target pairs with no shipped head)
+        return tuple(m for m in SPECULATIVE if all(n in self.bundle.models for n in needs(m)))
 
     def fit_gamma(self, method: str, gamma: int) -> int:
         """γ, lowered to what the method can draft per round (Medusa and MTP: one per head)."""

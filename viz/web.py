@@ -38,6 +38,9 @@ def demo_command(args) -> list[str]:
         for name, flag in LIVE_FLAGS.items()
         if getattr(args, name) is not None
     ]
+    argv += [
+        f"--{role}={getattr(args, role)}" for role in ("target", "draft") if getattr(args, role)
+    ]
     if args.race:
         argv.append("--race")
     if args.replay:

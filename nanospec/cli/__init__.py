@@ -4,11 +4,14 @@
                       [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]
                       [--seed S] [--num-samples N] [--json] [--trace FILE.jsonl] [--show]
                       [--tree WIDTHS] [--fanout F] [--saguaro-c C] [--backup neural|fast]
+                      [--target FOLDER] [--draft FOLDER]     (also on eval, bench, serve, demo)
     nanospec train {tokenizer,target,draft} [--steps N] [--no-resume]
     nanospec eval  [--models target,draft]          facts and function-word accuracy
     nanospec bench [--methods ar,draft] [--gamma 1,2,4,6,8] [--temperature T]
                    [--workload facts|repetitive|code] [--json FILE]
     nanospec exercise list | check N [--file PATH]  the workshop's exercises (exit 1: a check failed)
+    nanospec export-hf --model target|draft --out FOLDER    a folder transformers loads
+    nanospec models pull NAME                       fetch gpt2, distilgpt2, ... (needs the network)
     nanospec serve [--host H] [--port P] [--method M] [--gamma K] [--adaptive]
                    [--speculative-config JSON] [--slots S] [--max-queue Q]
                    [--served-model-name NAME]                    an OpenAI-compatible server
@@ -16,6 +19,8 @@
                       [--concurrency 1,2,4,...,64] [--requests-per-level N] [--max-tokens N]
                       [--temperature T] [--rates R1,R2] [--json FILE] [--plots DIR]
                       [--url URL [--label NAME]]      load `nanospec serve` over HTTP
+
+FOLDER is a Hugging Face GPT-2-family model folder (hf/folder.py), in place of a shipped model.
 
 Every problem a user can fix (bad path, bad prompt, out-of-range setting) is reported as one
 sentence on stderr with exit code 2 — never a traceback.
@@ -31,8 +36,15 @@ import sys
 from nanospec import SHIPPED, compile_cache
 
 # check_sampling, int_in and float_arg are imported from here by the visualiser (viz/) and tests.
-from nanospec.cli.args import check_sampling, float_arg, int_in  # noqa: F401
-from nanospec.cli.commands import cmd_bench, cmd_eval, cmd_exercise, cmd_generate, cmd_train
+from nanospec.cli.args import add_model_flags, check_sampling, float_arg, int_in  # noqa: F401
+from nanospec.cli.commands import (
+    cmd_bench,
+    cmd_eval,
+    cmd_exercise,
+    cmd_generate,
+    cmd_train,
+)
+from nanospec.cli.hf import add_export_hf, add_models
 from nanospec.errors import UserError
 from nanospec.methods import METHODS
 
@@ -62,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_exercise,
         add_serve,
         add_loadtest,
+        add_export_hf,
+        add_models,
     ):
         add(sub)
     # Other packages add subcommands through the "nanospec.commands" entry-point group (the
@@ -75,6 +89,7 @@ def add_generate(sub) -> None:
     """`nanospec generate`'s arguments."""
     g = sub.add_parser("generate", help="generate text from a prompt")
     g.add_argument("--prompt", required=True)
+    add_model_flags(g)
     g.add_argument("--max-new-tokens", type=int_in(1, 100_000), default=32)
     g.add_argument("--temperature", type=float_arg, default=1.0, help="0 = greedy")
     g.add_argument("--top-k", type=int_in(0), default=0, help="0 = off")
@@ -154,8 +169,12 @@ def add_eval(sub) -> None:
     """`nanospec eval`'s arguments."""
     e = sub.add_parser("eval", help="fact and function-word accuracy of the shipped models")
     e.add_argument(
-        "--models", default="target,draft", help="target, draft or both, comma-separated"
+        "--models",
+        default=None,
+        help="target, draft or both, comma-separated (default both; with --target and no "
+        "--draft, the target)",
     )
+    add_model_flags(e)
     e.add_argument("--json", default=None, help="also write the results here")
     e.add_argument(
         "--wide", action="store_true", help="one wide table, however narrow the terminal"
@@ -167,6 +186,7 @@ def add_bench(sub) -> None:
     """`nanospec bench`'s arguments."""
     b = sub.add_parser("bench", help="measure speculative speedups (prints a table, writes JSON)")
     b.add_argument("--methods", default="ar,draft", help="comma-separated: " + ",".join(METHODS))
+    add_model_flags(b)
     b.add_argument("--gamma", default="1,2,4,6,8", help="comma-separated γ values")
     b.add_argument("--temperature", type=float_arg, default=0.0)
     b.add_argument(
@@ -213,6 +233,7 @@ def add_serve(sub) -> None:
     """`nanospec serve`'s arguments (the command is serving/launch.py, the server server.py)."""
     s = sub.add_parser("serve", help="serve the models over HTTP: OpenAI's completions API")
     s.add_argument("--host", default="127.0.0.1")
+    add_model_flags(s)
     s.add_argument("--port", type=int_in(0, 65535), default=8000)
     s.add_argument(
         "--method",

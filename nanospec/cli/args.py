@@ -102,3 +102,35 @@ def ssd_options(args):
     if not 0 < given.get("saguaro_c", 1.0) <= 1:
         raise UserError(f"--saguaro-c must be in (0, 1], got {given['saguaro_c']}.")
     return SSDOptions(**given)
+
+
+def add_model_flags(parser) -> None:
+    """--target and --draft: Hugging Face GPT-2-family folders in place of the shipped models
+    (generate, bench, eval, serve and the visualiser's demo take them)."""
+    parser.add_argument(
+        "--target",
+        default=None,
+        metavar="FOLDER",
+        help="a GPT-2-family model folder (config.json, model.safetensors, tokenizer.json) "
+        "in place of the shipped target; `nanospec models pull gpt2` fetches one",
+    )
+    parser.add_argument(
+        "--draft",
+        default=None,
+        metavar="FOLDER",
+        help="a GPT-2-family folder in place of the shipped draft (it must share the "
+        "target's tokenizer)",
+    )
+
+
+def load_bundle(args, names, skip: bool = False):
+    """decode.Bundle.load with the run's --checkpoints, --target and --draft."""
+    from nanospec.decode import Bundle
+
+    return Bundle.load(
+        args.checkpoints,
+        names,
+        target=getattr(args, "target", None),
+        draft=getattr(args, "draft", None),
+        skip=skip,
+    )

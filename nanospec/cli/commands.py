@@ -12,13 +12,20 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from nanospec.cli.args import check_sampling, int_list, parse_tree, ssd_options, tree_from_widths
+from nanospec.cli.args import (
+    check_sampling,
+    int_list,
+    load_bundle,
+    parse_tree,
+    ssd_options,
+    tree_from_widths,
+)
 from nanospec.errors import UserError
 
 
 def cmd_generate(args) -> None:
     """`nanospec generate`: decode one prompt, print the text (or JSON, or the rounds) and stats."""
-    from nanospec.decode import Bundle, decode, needs
+    from nanospec.decode import decode, needs
     from nanospec.fileio import check_output
     from nanospec.trace import write_jsonl
 
@@ -34,7 +41,7 @@ def cmd_generate(args) -> None:
         check_output(args.trace, ".jsonl", "--trace")
     tree = parse_tree(args)
     ssd = ssd_options(args)
-    bundle = Bundle.load(args.checkpoints, needs(args.method))
+    bundle = load_bundle(args, needs(args.method))
     with _progress(args.num_samples) as progress:
         result = decode(
             bundle,
@@ -202,10 +209,12 @@ def cmd_eval(args) -> None:
     from nanospec.measure.evaluate import check_models, run_eval
     from nanospec.measure.tables import console_for
 
-    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    alone = args.target is not None and args.draft is None  # the shipped draft cannot pair
+    default = "target" if alone else "target,draft"
+    names = [n.strip() for n in (args.models or default).split(",") if n.strip()]
     check_models(names)  # before loading anything
     run_eval(
-        args.checkpoints,
+        load_bundle(args, names),
         names,
         json_path=args.json,
         console=console_for(args.wide),
@@ -215,7 +224,7 @@ def cmd_eval(args) -> None:
 
 def cmd_bench(args) -> None:
     """`nanospec bench`: time the methods on each workload, print the tables, write --json."""
-    from nanospec.decode import Bundle, needs
+    from nanospec.decode import needs
     from nanospec.fileio import atomic_write
     from nanospec.measure.bench import run_bench
     from nanospec.measure.tables import console_for
@@ -223,7 +232,7 @@ def cmd_bench(args) -> None:
     methods, workloads = _bench_methods(args.methods), _bench_workloads(args.workload)
     gammas = int_list(args.gamma, "--gamma", 1, 32)
     check_sampling(args.temperature, 0, 1.0)
-    bundle = Bundle.load(args.checkpoints, sorted({n for m in methods for n in needs(m)}))
+    bundle = load_bundle(args, sorted({n for m in methods for n in needs(m)}))
     trees = {text: tree_from_widths(text) for text in (args.tree or [])}
     console = console_for(args.wide)  # a file or a pipe gets the wide table (measure/tables.py)
     reports = [

@@ -21,7 +21,6 @@ import jax.numpy as jnp
 import numpy as np
 from rich.console import Console
 
-from nanospec.checkpoint import load_models
 from nanospec.corpus import (
     CorpusConfig,
     build_corpus,
@@ -144,18 +143,20 @@ def check_models(names: list[str]) -> None:
 
 
 def run_eval(
-    ckpt_dir,
+    bundle,
     names: list[str],
     json_path: str | None = None,
     console: Console | None = None,
     wide: bool | None = None,
 ) -> dict:
-    """Judge each named model; `wide`: one row per model (None: whenever it fits the console)."""
+    """Judge each named model of `bundle` (decode.Bundle); `wide`: one row per model (None:
+    whenever it fits the console)."""
     check_models(names)
-    tok, models = load_models(ckpt_dir, names)
+    tok = bundle.tok
     results = {
         name: {"facts": all_fact_accuracy(tok, *model), **next_token_accuracy(tok, *model)}
-        for name, model in models.items()
+        for name, model in bundle.models.items()
+        if name in names
     }
     print_eval(console or Console(), results, list(fact_probes()) + ["all"], wide)
     if json_path:

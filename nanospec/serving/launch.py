@@ -212,7 +212,9 @@ def cmd_serve(args) -> int | None:
     spec = speculation(args)
     api_key = api_key_of(args)
     sock = listen(args.host, args.port)
-    bundle = Bundle.load(args.checkpoints, needs(spec["method"]))
+    bundle = Bundle.load(
+        args.checkpoints, needs(spec["method"]), target=args.target, draft=args.draft
+    )
     engine = build_engine(bundle, slots=args.slots, max_len=args.max_model_len, **spec)
     warm_up(engine)
     app = build_app(engine, bundle.tok, args.served_model_name, args.max_queue, api_key=api_key)
