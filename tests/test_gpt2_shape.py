@@ -17,12 +17,13 @@ from dataclasses import replace
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from nanospec import SHIPPED
 from nanospec.cli import main
 from nanospec.decode import Bundle, decode
 from nanospec.measure.gpt2_shape import GPT2_SMALL, made_up_tokenizer, write_random
-from nanospec.model import forward
+from nanospec.model import GPT, forward
 from nanospec.sampling import SamplingParams, sampling_probs
 from nanospec.serving.engine import Request
 from nanospec.serving.launch import build_engine
@@ -47,7 +48,7 @@ NEW = 16
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """(target, draft): the draft is the target's weights at 9/10 of its scale, another model
-    that agrees with it about half the time (greedy: acceptance 0.55, SSD cache hits 0.89), so
+    that agrees with it about half the time (greedy, 32 tokens: acceptance 0.55, SSD hits 0.89), so
     rounds accept, reject and take the bonus. (Two random seeds would never agree.)"""
     out, tok = tmp_path_factory.mktemp("gpt2_shape"), made_up_tokenizer()
     target = write_random(out / "target", SHAPE, tok, seed=0, sharpen=30.0)
@@ -71,6 +72,24 @@ def test_the_folders_have_gpt2s_vocabulary_and_context(bundle):
     cfg = bundle.models["target"][0]
     assert (cfg.vocab_size, cfg.n_ctx) == (50_257, 1024) == (bundle.tok.vocab_size, 1024)
     assert 650 < len(bundle.tok.encode_prompt(PROMPT)) < 1024 - NEW
+
+
+def test_the_memory_figures_by_hand():
+    """Known answers: GPT-2 small has 124,439,808 parameters (tied output layer), 31% of them
+    the embedding; a law over its vocabulary is 50,257 × 4 bytes, and SSD's default fan-out
+    (one branch per k) caches γ+1 branches of γ laws each."""
+    import doctest
+
+    from nanospec.measure import gpt2_shape
+
+    _, params = nnx.split(nnx.eval_shape(lambda: GPT(GPT2_SMALL, nnx.Rngs(0))))
+    mem = gpt2_shape.memory(GPT2_SMALL, params)
+    assert mem["params"] == 124_439_808 and round(mem["output_layer_share"], 2) == 0.31
+    assert mem["kv_bytes_per_token"] == 2 * 12 * 768 * 4
+    row = gpt2_shape.per_row(GPT2_SMALL, replace(GPT2_SMALL, n_layer=6), gamma=4)
+    assert (row["law_bytes"], row["round_bytes"]) == (201_028, 9 * 201_028)
+    assert (row["ssd_branches"], row["ssd_law_bytes"]) == (5, 20 * 201_028)
+    assert doctest.testmod(gpt2_shape).failed == 0
 
 
 @pytest.mark.parametrize("name", METHODS)
@@ -101,7 +120,7 @@ def test_sampled_tokens_lie_in_the_targets_kept_set(bundle, cut):
 def test_the_engine_serves_gpt2s_shape(bundle, greedy_ar):
     """The continuous-batching engine serves a speculative method at this shape: a greedy
     request gets the AR tokens beside a sampled one with top-k 1000 / top-p 0.9, which runs
-    to its length."""
+    to its length, and the two share one compiled step."""
     engine = build_engine(bundle, "draft", 4, slots=2)
     prompt = bundle.tok.encode_prompt(PROMPT)
     asks = [Request(prompt, NEW, 0.0), Request(prompt, NEW, 1.0, top_k=1000, top_p=0.9, seed=3)]
@@ -112,6 +131,7 @@ def test_the_engine_serves_gpt2s_shape(bundle, greedy_ar):
             out[owner[o.slot]] += o.tokens
     assert out[0] == greedy_ar
     assert len(out[1]) == NEW or out[1][-1] == bundle.tok.eos_id
+    assert engine.step_programs == 1
 
 
 def test_traces_name_tokens_and_the_demo_draws_the_folders(bundle, folders, tmp_path):

@@ -84,7 +84,7 @@ def write_random(folder, cfg: ModelConfig, tok, seed: int, sharpen: float = 1.0)
     return write_folder(folder, folder_files(cfg, params, tok, bos=False))
 
 
-def random_pair(out, target: ModelConfig, draft: ModelConfig, sharpen: float = 1.0):
+def random_pair(out, target: ModelConfig, draft: ModelConfig):
     """(target folder, draft folder) under `out`, sharing one made-up tokenizer; folders
     already there are kept (delete them to write afresh)."""
     out, tok = Path(out), None
@@ -92,7 +92,7 @@ def random_pair(out, target: ModelConfig, draft: ModelConfig, sharpen: float = 1
     for seed, cfg in enumerate((target, draft)):
         if not is_folder(out / cfg.name):
             tok = tok or made_up_tokenizer()
-            write_random(out / cfg.name, cfg, tok, seed, sharpen)
+            write_random(out / cfg.name, cfg, tok, seed)
     return out / target.name, out / draft.name
 
 
