@@ -24,7 +24,12 @@ from collections import OrderedDict
 
 import jax
 
-KEEP = 256  # compiled programs kept; a run uses a handful, a test session some dozens
+# Compiled programs kept; a run uses a handful. subtle: on XLA's CPU backend one compiled decode
+# program holds some 500-1,300 memory mappings (measured on the shipped models: AR 530, a draft
+# model 860, SSD 1,330), and Linux allows 65,530 per process; past that, compiling crashes inside
+# XLA (jax-ml/jax#27201). Only dropping a program frees its mappings (jax.clear_caches() does not
+# reach this table), so at most KEEP are held: 32 × 1,300 leaves room for JAX's own caches.
+KEEP = 32
 _PROGRAMS: OrderedDict = OrderedDict()  # (function, static args, arguments' layout) -> program
 _COMPILED: dict = {}  # function -> programs compiled for it so far (eviction does not lower it)
 

@@ -8,6 +8,7 @@ import jax
 import pytest
 from flax import nnx
 
+from nanospec import aot
 from nanospec.checkpoint import record_file, save_model
 from nanospec.heads.modules import KINDS, HeadConfig, build, save_head
 from nanospec.model import GPT, ModelConfig
@@ -40,10 +41,12 @@ def _free_compiled_programs():
     subtle: XLA's CPU backend maps memory for every executable it compiles, and one process
     running the whole suite compiles well over a thousand; at Linux's default limit of 65,530
     mappings per process, compiling then crashes inside XLA (a segfault or an abort, not an
-    exception; jax-ml/jax#27201). Tests that count compilations do so within one test.
+    exception; jax-ml/jax#27201). Tests that count compilations do so within one test. aot.py's
+    table holds its programs (~1,000 mappings each) until it is cleared, too.
     """
     yield
     jax.clear_caches()
+    aot.clear()
     gc.collect()
 
 

@@ -211,7 +211,8 @@ def cmd_eval(args) -> None:
 
     alone = args.target is not None and args.draft is None  # the shipped draft cannot pair
     default = "target" if alone else "target,draft"
-    names = [n.strip() for n in (args.models or default).split(",") if n.strip()]
+    given = default if args.models is None else args.models  # "" is a mistake, not the default
+    names = [n.strip() for n in given.split(",") if n.strip()]
     check_models(names)  # before loading anything
     run_eval(
         load_bundle(args, names),
