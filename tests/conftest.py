@@ -34,19 +34,35 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+# aot.py's table is emptied only past this many memory mappings (Linux allows 65,530), so
+# later modules reuse the shipped models' programs that earlier ones compiled.
+MAPPINGS_HIGH = 30_000
+
+
+def _mappings() -> int:
+    """This process's memory mappings (0 where there is no /proc)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _free_compiled_programs():
-    """Drop every compiled program after each test module.
+    """Drop JAX's compiled programs after each test module, and aot.py's when they get many.
 
-    subtle: XLA's CPU backend maps memory for every executable it compiles, and one process
-    running the whole suite compiles well over a thousand; at Linux's default limit of 65,530
-    mappings per process, compiling then crashes inside XLA (a segfault or an abort, not an
-    exception; jax-ml/jax#27201). Tests that count compilations do so within one test. aot.py's
-    table holds its programs (~1,000 mappings each) until it is cleared, too.
+    subtle: XLA's CPU backend maps memory for every executable it compiles (a decode program
+    holds 500-1,300 mappings), and one process running the whole suite compiles well over a
+    thousand; at Linux's default limit of 65,530 mappings per process, compiling then crashes
+    inside XLA (a segfault or an abort, not an exception; jax-ml/jax#27201). aot.py's table
+    holds up to aot.KEEP programs that jax.clear_caches() does not reach. Tests that count
+    compilations do so within one test.
     """
     yield
     jax.clear_caches()
-    aot.clear()
+    if _mappings() > MAPPINGS_HIGH:
+        aot.clear()
     gc.collect()
 
 
