@@ -27,7 +27,10 @@ demo: $(VENV)/.installed
 
 # Everything, the large-N statistical runs included (this is what CI runs), on up to four
 # worker processes (pytest-xdist): XLA compiles on one core, so two workers nearly halve it.
-# --durations=25 ends the run with the slowest tests: where the 30-minute budget goes.
+# Every process of the run shares one compilation cache, runs/test-xla/<versions' key>
+# (tests/conftest.py): a program is compiled once per run, and a second run starts warm.
+# The run ends with where its budget (25 minutes cold on 2 cores) goes: the slowest tests
+# (--durations=25), the tests that spent most compiling, and the run's compiling in all.
 # ruff first, in a second: the code is as `ruff format` writes it, and passes pyproject.toml's
 # rules (imports sorted and used, no syntax slips).
 test: $(VENV)/.installed

@@ -10,10 +10,10 @@ compiles nothing.
     program, seconds = compiled(_step_jit, dict(cfg=cfg, ...), dict(params=params, ...))
     out = program(**dynamic)          # only the traced arguments; donation is kept
 
-The programs kept are bounded (`KEEP`, the least recently used dropped first), and a
-program is found again only for arguments of the same shapes, dtypes *and shardings*: one
-compiled for arrays on one device, or split over a mesh, is never handed arrays placed
-otherwise.
+The programs kept are bounded by the memory mappings they hold (`MAPPINGS`, the least
+recently used dropped first), and a program is found again only for arguments of the same
+shapes, dtypes *and shardings*: one compiled for arrays on one device, or split over a mesh,
+is never handed arrays placed otherwise.
 
 What this file deliberately leaves out: a persistent (on-disk) compilation cache
 (compile_cache.py turns on JAX's own).
@@ -24,12 +24,17 @@ from collections import OrderedDict
 
 import jax
 
-# Compiled programs kept; a run uses a handful. subtle: on XLA's CPU backend one compiled decode
-# program holds some 500-1,300 memory mappings (measured on the shipped models: AR 530, a draft
-# model 860, SSD 1,330), and Linux allows 65,530 per process; past that, compiling crashes inside
-# XLA (jax-ml/jax#27201). Only dropping a program frees its mappings (jax.clear_caches() does not
-# reach this table), so at most KEEP are held: 32 × 1,300 leaves room for JAX's own caches.
+from nanospec import compile_cache
+
+# subtle: on XLA's CPU backend one compiled decode program holds some 500-1,300 memory mappings
+# (measured on the shipped models: AR 530, a draft model 860, SSD 1,330), and Linux allows 65,530
+# per process; past that, compiling crashes inside XLA (jax-ml/jax#27201). Only dropping a
+# program frees its mappings (jax.clear_caches() does not reach this table), so programs are
+# dropped while the process holds more than MAPPINGS: that leaves 25,000 for JAX's own caches and
+# the compile in flight. Where there is no /proc to count them (macOS), KEEP programs are kept.
+MAPPINGS = 40_000
 KEEP = 32
+compile_cache.log_if_asked()  # JAX is loaded now: count its compiling, if asked to
 _PROGRAMS: OrderedDict = OrderedDict()  # (function, static args, arguments' layout) -> program
 _COMPILED: dict = {}  # function -> programs compiled for it so far (eviction does not lower it)
 
@@ -57,9 +62,21 @@ def compiled(jitted, static: dict, dynamic: dict, where: tuple = ()):
     program = jitted.lower(**static, **dynamic).compile()
     _PROGRAMS[key] = program
     _COMPILED[jitted] = _COMPILED.get(jitted, 0) + 1
-    while len(_PROGRAMS) > KEEP:
+    seconds = time.perf_counter() - t0
+    while len(_PROGRAMS) > 1 and (mappings() or 0) > MAPPINGS:
+        _PROGRAMS.popitem(last=False)  # the last reference, unless a caller still holds it
+    while mappings() is None and len(_PROGRAMS) > KEEP:
         _PROGRAMS.popitem(last=False)
-    return program, time.perf_counter() - t0
+    return program, seconds
+
+
+def mappings() -> int | None:
+    """This process's memory mappings, or None where there is no /proc to count them."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return None
 
 
 def programs_compiled(jitted=None) -> int:

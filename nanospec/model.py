@@ -25,6 +25,7 @@ decay masks (see training/lm.py), mixed precision, rotary embeddings (GPT-2 uses
 import dataclasses
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -159,9 +160,14 @@ class GPT(nnx.Module):
         return logits, hidden, KVCache(tuple(ks), tuple(vs), cache.length + T)
 
 
-def forward(graphdef, params, tokens, positions, cache=None, **kwargs):
-    """The model as a pure function of its parameters (what jitted loops call)."""
-    return nnx.merge(graphdef, params)(tokens, positions, cache, **kwargs)
+@partial(jax.jit, static_argnames=("graphdef", "layer"))
+def forward(graphdef, params, tokens, positions, cache=None, block_mask=None, layer: int = -1):
+    """The model as a pure function of its parameters (what jitted loops call).
+
+    Jitted itself, so that a call outside any loop (a test, a lesson, a probe) is one
+    compiled program per shape, not one small program for every operation it runs; inside a
+    jitted loop it is inlined like any other function."""
+    return nnx.merge(graphdef, params)(tokens, positions, cache, block_mask=block_mask, layer=layer)
 
 
 def count_params(params) -> int:

@@ -232,7 +232,9 @@ class Loop:
     def run(self, params, dparams, tokens, lengths, key, sp, max_new: int):
         """Fused driver: the whole generation in one jitted `lax.while_loop` -> (state, stats)."""
         self.check(lengths, max_new)
-        return _fused(self, params, dparams, tokens, lengths, key, sp, jnp.int32(max_new))
+        program, _ = self.program(params, dparams, tokens, lengths, key, sp)
+        dynamic = dict(params=params, dparams=dparams, tokens=tokens, lengths=lengths)
+        return program(**dynamic, key=key, sp=sp, max_new=jnp.int32(max_new))
 
     def compile(self, params, dparams, tokens, lengths, key, sp) -> tuple[Programs, float]:
         """Compile the step-wise driver ahead of time: (programs, seconds spent compiling).

@@ -1,25 +1,50 @@
 """Shared fixtures: tiny models built in seconds, so only shipped-checkpoint tests load weights."""
 
 import gc
+import hashlib
 import os
+import time
 from pathlib import Path
 
 import jax
+import jaxlib
 import pytest
 from flax import nnx
 
-from nanospec import aot
+from nanospec import aot, compile_cache
 from nanospec.checkpoint import record_file, save_model
 from nanospec.heads.modules import KINDS, HeadConfig, build, save_head
 from nanospec.model import GPT, ModelConfig
 from nanospec.tokenizer import Tokenizer
 
-# The suite compiles afresh and never writes the user's compilation cache (compile_cache.py);
-# tests/test_compile_cache.py gives its own commands a cache of their own.
-os.environ["NANOSPEC_COMPILE_CACHE"] = "off"
-
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "checkpoints"
+
+
+def suite_cache() -> Path:
+    """The run's compilation cache: runs/test-xla/<key>, the key made of what decides a
+    compiled program (jax, jaxlib, every pinned version). A clean clone starts cold; a second
+    run on the same machine finds the first one's programs. Never the user's own cache."""
+    key = hashlib.sha256(
+        f"{jax.__version__} {jaxlib.__version__}\n".encode()
+        + (REPO / "constraints.txt").read_bytes()
+    ).hexdigest()[:16]
+    return REPO / "runs" / "test-xla" / key
+
+
+# One compilation cache for every process of a run (compile_cache.py): both xdist workers and
+# every CLI, server and lesson kernel they start (the environment is inherited) load what any
+# of them compiled before. NANOSPEC_TEST_COMPILE_CACHE=off (or a folder) overrides it. The
+# controller also makes the run's compile log, which the workers inherit: make test's last
+# line sums it (pytest_terminal_summary below).
+os.environ["NANOSPEC_COMPILE_CACHE"] = os.environ.get(
+    "NANOSPEC_TEST_COMPILE_CACHE", str(suite_cache())
+)
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    os.environ[compile_cache.LOG_ENV] = str(
+        REPO / "runs" / "test-compile-log" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    )
+compile_cache.enable()
 
 TINY_TEXT = [
     "The capital of France is Paris. The capital of Spain is Madrid.",
@@ -34,36 +59,93 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
-# aot.py's table is emptied only past this many memory mappings (Linux allows 65,530), so
-# later modules reuse the shipped models' programs that earlier ones compiled.
+# Past this many memory mappings after a module, JAX's and aot.py's compiled programs are
+# dropped (Linux allows 65,530, and a decode program holds 500-1,300: the 35,000 left hold
+# 27 of the largest compiled within one module); below it they are kept, so that later
+# modules reuse what earlier ones compiled.
 MAPPINGS_HIGH = 30_000
-
-
-def _mappings() -> int:
-    """This process's memory mappings (0 where there is no /proc)."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8") as f:
-            return sum(1 for _ in f)
-    except OSError:
-        return 0
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _free_compiled_programs():
-    """Drop JAX's compiled programs after each test module, and aot.py's when they get many.
+    """Drop compiled programs after a test module, but only when the process holds many.
 
     subtle: XLA's CPU backend maps memory for every executable it compiles (a decode program
     holds 500-1,300 mappings), and one process running the whole suite compiles well over a
     thousand; at Linux's default limit of 65,530 mappings per process, compiling then crashes
-    inside XLA (a segfault or an abort, not an exception; jax-ml/jax#27201). aot.py's table
-    holds up to aot.KEEP programs that jax.clear_caches() does not reach. Tests that count
-    compilations do so within one test.
+    inside XLA (a segfault or an abort, not an exception; jax-ml/jax#27201). aot.py bounds its
+    own table by mappings; JAX's jit caches are bounded here. A program dropped is loaded again
+    from the run's compilation cache, not compiled. Tests that count compilations do so within
+    one test.
     """
     yield
-    jax.clear_caches()
-    if _mappings() > MAPPINGS_HIGH:
+    if (aot.mappings() or 0) > MAPPINGS_HIGH:
+        jax.clear_caches()
         aot.clear()
-    gc.collect()
+        gc.collect()
+
+
+@pytest.fixture
+def compile_afresh():
+    """For a test that watches compiling (counts programs, or sees the app's "compiling…"):
+    the run's disk cache is off while it runs, so that a program it needs is compiled there
+    and then, not loaded in a blink from what another test compiled."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
+    yield
+    jax.config.update("jax_enable_compilation_cache", True)
+    compilation_cache.reset_cache()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.compile_start = compile_cache.seconds_so_far()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each test's report carries the seconds its process spent compiling during it
+    (fixtures included): xdist sends it to the controller, which lists the costliest."""
+    report = (yield).get_result()
+    if call.when == "teardown" and hasattr(item, "compile_start"):
+        spent = compile_cache.seconds_so_far() - item.compile_start
+        report.user_properties.append(("compile_s", spent))
+
+
+_COMPILE_S: dict = {}  # nodeid -> seconds compiling (the controller's copy)
+
+
+def pytest_runtest_logreport(report):
+    for name, value in report.user_properties:
+        if name == "compile_s" and report.when == "teardown":
+            _COMPILE_S[report.nodeid] = value
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The run's compiling, summed over every process that logged it: the cost the suite
+    drives down (issue 41). Printed by the controller only, after --durations' table."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        return
+    log = Path(os.environ[compile_cache.LOG_ENV])
+    costliest = sorted(_COMPILE_S.items(), key=lambda kv: -kv[1])
+    if costliest and log.is_dir():  # every test's seconds, for a closer look
+        lines = (f"{seconds:.2f}\t{nodeid}\n" for nodeid, seconds in costliest)
+        (log / "tests.tsv").write_text("".join(lines), encoding="utf-8")
+    costliest = costliest[:15]
+    if costliest and costliest[0][1] > 0:
+        terminalreporter.write_sep("=", "most seconds compiling (tracing, lowering, XLA)")
+        for nodeid, seconds in costliest:
+            terminalreporter.write_line(f"{seconds:8.1f}s {nodeid}")
+    total = compile_cache.summarize(log)
+    if total["processes"]:
+        terminalreporter.write_line(
+            f"compiling: {total.get('programs', 0)} programs in {total['processes']} processes "
+            f"({total.get('compiled', 0)} compiled, {total.get('loaded', 0)} loaded from "
+            f"{os.environ['NANOSPEC_COMPILE_CACHE']}): {total.get('xla_s', 0):.0f} s in XLA, "
+            f"{total.get('trace_s', 0) + total.get('lower_s', 0):.0f} s tracing and lowering"
+        )
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""aot.py keeps at most KEEP compiled programs, and dropping one gives back its memory mappings.
+"""aot.py keeps programs while the process holds at most MAPPINGS memory mappings (KEEP programs
+where it cannot count them), and dropping one gives back its memory mappings.
 
 (Why it matters: on XLA's CPU backend each compiled program holds memory mappings, and a
 process past Linux's 65,530 crashes inside XLA, so a table that only grows takes down a
@@ -21,13 +22,29 @@ def _scaled(x, k):
     return jnp.tanh(x * k) + jnp.cos(x)
 
 
-def _mappings() -> int:
-    with open("/proc/self/maps", encoding="utf-8") as f:
-        return sum(1 for _ in f)
-
-
-def test_the_table_holds_at_most_keep_programs_the_least_recent_dropped():
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts /proc/self/maps")
+def test_past_the_mapping_budget_the_least_recent_programs_are_dropped(monkeypatch, compile_afresh):
     aot.clear()
+    monkeypatch.setattr(aot, "MAPPINGS", 10**9)
+    x = jnp.ones(8)
+    for k in range(4):
+        aot.compiled(_scaled, dict(k=k), dict(x=x))
+    assert len(aot._PROGRAMS) == 4  # under the budget every program is kept
+    monkeypatch.setattr(aot, "MAPPINGS", 0)  # the process is past the budget, whatever it drops
+    aot.compiled(_scaled, dict(k=99), dict(x=x))
+    assert len(aot._PROGRAMS) == 1  # the older four were dropped, the newest kept (0 s)
+    assert aot.compiled(_scaled, dict(k=99), dict(x=x))[1] == 0.0
+    before = aot.programs_compiled(_scaled)
+    aot.compiled(_scaled, dict(k=0), dict(x=x))
+    assert aot.programs_compiled(_scaled) == before + 1
+    aot.clear()
+
+
+def test_where_mappings_cannot_be_counted_at_most_keep_programs_are_held(
+    monkeypatch, compile_afresh
+):
+    aot.clear()
+    monkeypatch.setattr(aot, "mappings", lambda: None)
     x = jnp.ones(8)
     for k in range(aot.KEEP + 5):
         aot.compiled(_scaled, dict(k=k), dict(x=x))
@@ -41,18 +58,19 @@ def test_the_table_holds_at_most_keep_programs_the_least_recent_dropped():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts /proc/self/maps")
-def test_a_kept_program_holds_mappings_until_the_table_drops_it():
+def test_a_kept_program_holds_mappings_until_the_table_drops_it(monkeypatch, compile_afresh):
     aot.clear()
+    monkeypatch.setattr(aot, "MAPPINGS", 10**9)
     jax.clear_caches()
     gc.collect()
     x = jnp.ones(8)
-    start = _mappings()
+    start = aot.mappings()
     for k in range(1000, 1000 + aot.KEEP):
         aot.compiled(_scaled, dict(k=k), dict(x=x))
     jax.clear_caches()  # JAX's caches let go; the table still holds every program
     gc.collect()
-    held = _mappings()
+    held = aot.mappings()
     assert held - start >= aot.KEEP  # at least one mapping per program (measured: ~3 here)
     aot.clear()
     gc.collect()
-    assert _mappings() - start < (held - start) / 2
+    assert aot.mappings() - start < (held - start) / 2

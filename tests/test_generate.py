@@ -79,17 +79,17 @@ def test_samples_of_one_prompt_are_independent_draws(tiny_model):
     assert len({tuple(o) for o in outs}) > 1  # an untrained model is close to uniform
 
 
-def test_no_recompile_within_a_bucket_or_across_steps_or_settings(tiny_model):
+def test_no_recompile_within_a_bucket_or_across_steps_or_settings(tiny_model, compile_afresh):
     cfg, g, p = tiny_model
     B = 5  # a batch size no other test uses, so this test owns its cache entries
-    before = _fused._cache_size()
+    before = programs_compiled(_fused)
     for n, sp, max_new in [(3, HOT, 4), (9, GREEDY, 7), (16, SamplingParams.make(0.7, 5, 0.9), 2)]:
         tokens, lengths = pad_prompts([list(range(1, n + 1))] * B, cfg.n_ctx)
         generate(g, p, cfg, tokens, lengths, jax.random.key(n), sp, max_new, -1)
-    assert _fused._cache_size() == before + 1  # three prompt lengths, one bucket (16)
+    assert programs_compiled(_fused) == before + 1  # three prompt lengths, one bucket (16)
     tokens, lengths = pad_prompts([list(range(1, 18))] * B, cfg.n_ctx)
     generate(g, p, cfg, tokens, lengths, jax.random.key(0), HOT, 2, -1)
-    assert _fused._cache_size() == before + 2  # 17 tokens: the next bucket (32)
+    assert programs_compiled(_fused) == before + 2  # 17 tokens: the next bucket (32)
 
     step_before = programs_compiled(_settle_jit)
     for _ in stream(g, p, cfg, tokens, lengths, jax.random.key(0), HOT, 6, -1):

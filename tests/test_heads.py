@@ -137,11 +137,12 @@ def test_eagle_state_is_the_same_whether_read_at_once_or_round_by_round(target):
     drafter = DRAFTERS["eagle"](hg, hc, g)
     tokens = jnp.array([[3, 1, 4, 1, 5, 9, 2, 6]])
     _, hidden, _ = forward(g, p, tokens, jnp.arange(8)[None])
-    (cache_a, f_a) = drafter.init((hp, p), tokens, jnp.array([8]), hidden)
-    state = drafter.init((hp, p), tokens[:, :5], jnp.array([5]), hidden[:, :5])
+    init = jax.jit(drafter.init)  # jitted: one program per shape, not one per operation
+    (cache_a, f_a) = init((hp, p), tokens, jnp.array([8]), hidden)
+    state = init((hp, p), tokens[:, :5], jnp.array([5]), hidden[:, :5])
     # The round's block starts at position 4 (the last committed token) and emitted 3 tokens.
     emitted = jnp.concatenate([tokens[:, 5:8], jnp.zeros((1, 1), jnp.int32)], 1)  # (1, γ+1)
-    cache_b, f_b = drafter.commit(
+    cache_b, f_b = jax.jit(drafter.commit)(
         (hp, p), state, hidden[:, 4:8], emitted, jnp.array([4]), jnp.array([8])
     )
     np.testing.assert_allclose(f_a, f_b, atol=1e-5)

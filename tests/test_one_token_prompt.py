@@ -49,8 +49,8 @@ HOT = SamplingParams.make(1.0)
 @partial(jax.jit, static_argnums=0)
 def first_draft(loop, params, dparams, tokens, lengths, sp):
     """What `loop` drafts in its first round: a Proposal (a chain, SSD) or a Grown (a tree)."""
-    state = loop.prefill(params, dparams, tokens, lengths, jax.random.key(3))
-    return loop.draft(dparams, state, sp)[0]
+    state = jax.jit(loop.prefill)(params, dparams, tokens, lengths, jax.random.key(3))
+    return jax.jit(loop.draft)(dparams, state, sp)[0]  # jitted: not a program per operation
 
 
 def first_round(kind: str, target, draft):

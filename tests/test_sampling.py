@@ -80,7 +80,7 @@ def test_result_is_a_distribution_supported_inside_the_top_k(logits, t, k, top_p
         assert np.all(p[probs < kth] == 0)
 
 
-def test_changing_settings_does_not_recompile():
+def test_changing_settings_does_not_recompile(compile_afresh):
     f = jax.jit(sampling_probs)
     for sp in (
         SamplingParams.make(1.0),

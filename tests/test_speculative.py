@@ -123,16 +123,16 @@ def test_bad_settings_are_user_errors(models):
         _spec(models, PROMPTS, max_new=0)
 
 
-def test_no_recompile_across_prompt_lengths_settings_or_rounds(models):
+def test_no_recompile_across_prompt_lengths_settings_or_rounds(models, compile_afresh):
     (cfg, g, p), (dcfg, dg, dp) = models
     drafter = DraftModel(dg, dcfg)
     B = 3  # a batch size no other test uses
-    before = _fused._cache_size()
+    before = programs_compiled(_fused)
     for n, sp, max_new in [(3, HOT, 5), (9, GREEDY, 8), (14, SamplingParams.make(0.5, 4, 0.8), 3)]:
         tokens, lengths = pad_prompts([list(range(1, n + 1))] * B, cfg.n_ctx)
         spec = Speculator(graphdef=g, cfg=cfg, drafter=drafter, gamma=2, eos_id=-1)
         spec.run(p, dp, tokens, lengths, jax.random.key(n), sp, max_new)
-    assert _fused._cache_size() == before + 1
+    assert programs_compiled(_fused) == before + 1
     verify_before = programs_compiled(_settle_jit)
     for seed in range(2):  # the step-wise driver compiles ahead of time, once
         rounds = list(spec.rounds(p, dp, tokens, lengths, jax.random.key(seed), HOT, 10))

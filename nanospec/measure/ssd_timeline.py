@@ -106,9 +106,10 @@ def probe(spec: SSDSpeculator, params, dparams, tokens, lengths, key, sp, max_ne
     cache is full). Each call's drafts (for the draft step: the cache's keys on a hit, the last
     committed token on a miss) are shifted by the call's index: the inputs differ, so XLA
     cannot hoist the work out of the loop, and a pass costs the same whichever tokens it reads."""
-    state = spec.prefill(params, dparams, tokens, lengths, key)
-    state = spec.step(params, dparams, state, sp, max_new)[0]
-    drafted, after = spec.draft(dparams, state, sp)
+    # Jitted, not run op by op: each operation would be a program of its own to compile.
+    state = jax.jit(spec.prefill)(params, dparams, tokens, lengths, key)
+    state = jax.jit(spec.step)(params, dparams, state, sp, max_new)[0]
+    drafted, after = jax.jit(spec.draft)(dparams, state, sp)
     V, rows = spec.cfg.vocab_size, jnp.arange(tokens.shape[0])
     shifted = lambda x, i: (x + i) % V
 

@@ -139,7 +139,7 @@ def run_engine_rows(
     loop = Speculator(graphdef=g, cfg=cfg, drafter=DraftModel(dg, dcfg), gamma=gamma, eos_id=-1)
     loops = step_loops(loop, Goodput(gammas=tuple(range(gamma + 1))))
     tokens, lengths = pad_prompts([PROMPT] * n, cfg.n_ctx)
-    state = loops[gamma].prefill(p, dparams, tokens, lengths, jax.random.key(0))
+    state = jax.jit(loops[gamma].prefill)(p, dparams, tokens, lengths, jax.random.key(0))
     state = state._replace(
         key=jax.random.split(jax.random.key(seed), n), step=jnp.zeros(n, jnp.int32)
     )

@@ -20,6 +20,9 @@ from viz.rounds import load_recording
 from viz.settings import Settings
 from viz.settings_screen import SettingsScreen
 
+# Each test here watches compiling (the "compiling…" state, its time, the programs counted).
+pytestmark = pytest.mark.usefixtures("compile_afresh")
+
 
 @pytest.fixture
 def bundle(tiny_ckpt_dir):
