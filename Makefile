@@ -29,8 +29,9 @@ demo: $(VENV)/.installed
 # worker processes (pytest-xdist): XLA compiles on one core, so two workers nearly halve it.
 # Every process of the run shares one compilation cache, runs/test-xla/<versions' key>
 # (tests/conftest.py): a program is compiled once per run, and a second run starts warm.
-# The run ends with where its budget (25 minutes cold on 2 cores) goes: the slowest tests
-# (--durations=25), the tests that spent most compiling, and the run's compiling in all.
+# The run ends with where its time goes (the aim: 25 minutes cold on 2 cores; the latest runs
+# are in docs/results.md): the slowest tests (--durations=25), the tests that spent most
+# compiling, and the run's compiling in all.
 # ruff first, in a second: the code is as `ruff format` writes it, and passes pyproject.toml's
 # rules (imports sorted and used, no syntax slips).
 test: $(VENV)/.installed
