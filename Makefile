@@ -12,7 +12,7 @@ PIP    := $(BIN)/python -m pip install --quiet -c constraints.txt \
           $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE))
 EXTRAS := test,notebook,web,figures
 
-.PHONY: demo test test-fast lessons figures bench eval retrain wheelhouse constraints clean
+.PHONY: demo test test-all test-fast lessons figures bench eval retrain wheelhouse constraints clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
@@ -25,8 +25,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 demo: $(VENV)/.installed
 	$(BIN)/nanospec demo
 
-# Everything, the large-N statistical runs included (this is what CI runs), on up to four
-# worker processes (pytest-xdist): XLA compiles on one core, so two workers nearly halve it.
+# Every test, the large-N statistical runs included (this is what CI runs), less the repeated
+# cases of sweeps (`make test-all` below), on up to four worker processes (pytest-xdist): XLA compiles on one core, so two workers nearly halve it.
 # Every process of the run shares one compilation cache, runs/test-xla/<versions' key>
 # (tests/conftest.py): a program is compiled once per run, and a second run starts warm.
 # The run ends with where its time goes (the aim: 25 minutes cold on 2 cores; the latest runs
@@ -37,11 +37,19 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(BIN)/python -m ruff format --check .
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m pytest -m "slow or not slow" -q -n auto --maxprocesses 4 --durations=25
+	$(BIN)/python -m pytest -m "not repeat" -q -n auto --maxprocesses 4 --durations=25
+
+# Everything `make test` runs, and the sweeps' repeated cases besides (the `repeat` marker: the
+# other γ of a greedy sweep, the other tree shapes): docs/design.md lists each and why it is a
+# repeat. Run it before landing a change to the core.
+test-all: $(VENV)/.installed
+	$(BIN)/python -m ruff format --check .
+	$(BIN)/python -m ruff check .
+	$(BIN)/python -m pytest -m "repeat or not repeat" -q -n auto --maxprocesses 4 --durations=25
 
 # The fast layer only, for the edit-test loop.
 test-fast: $(VENV)/.installed
-	$(BIN)/python -m pytest -m "not slow" -q
+	$(BIN)/python -m pytest -m "not slow and not repeat" -q
 
 # Every lesson in order, as a learner runs it, with how long each took (FIGURES=1: also write
 # the figures to runs/lessons/, which needs the optional matplotlib extra).

@@ -75,9 +75,7 @@ def cache_dir(environ=os.environ) -> Path | None:
 def enable() -> Path | None:
     """Point JAX's compilation cache at `cache_dir()` (nothing when it is off); returns it."""
     folder = cache_dir()
-    if folder is None:
-        return None
-    options = {**OPTIONS, "jax_compilation_cache_dir": str(folder)}
+    options = {**OPTIONS, "jax_compilation_cache_dir": str(folder)} if folder else {}
     for name, value in options.items():
         os.environ[name.upper()] = str(value)
     if "jax" in sys.modules:
@@ -85,8 +83,7 @@ def enable() -> Path | None:
 
         for name, value in options.items():
             jax.config.update(name, value)
-    if "jax" in sys.modules:
-        log_if_asked()
+        log_if_asked()  # with the cache off too: the compiling is still counted
     return folder
 
 
@@ -108,13 +105,16 @@ def log_to(folder: Path) -> None:
     import jax
 
     _totals.update({name: 0.0 for name in SECONDS.values()}, programs=0)
-    _totals.update({name: 0 for name in COUNTS.values()})
+    _totals.update({name: 0 for name in COUNTS.values()}, xla_by_function={})
     path = folder / f"{os.getpid()}.json"
 
-    def timed(event: str, seconds: float, **_):
+    def timed(event: str, seconds: float, fun_name: str = "?", **_):
         if event in SECONDS:
             _totals[SECONDS[event]] += seconds
-            _totals["programs"] += event.endswith("backend_compile_duration")
+            if SECONDS[event] == "xla_s":  # and which function's program it was
+                _totals["programs"] += 1
+                n, s = _totals["xla_by_function"].get(fun_name, (0, 0.0))
+                _totals["xla_by_function"][fun_name] = (n + 1, s + seconds)
             folder.mkdir(parents=True, exist_ok=True)
             atomic_write(path, json.dumps(_totals))
 
@@ -133,16 +133,25 @@ def seconds_so_far() -> float:
 
 def summarize(folder: Path) -> dict:
     """Every process's totals in `folder`, added up, with the number of processes.
+    `xla_by_function` maps a jitted function's name to [programs, XLA seconds].
 
     >>> import tempfile; d = Path(tempfile.mkdtemp())
     >>> for pid, s in ((1, 2.5), (2, 1.0)):
-    ...     _ = (d / f"{pid}.json").write_text(json.dumps({"xla_s": s, "programs": 3}))
+    ...     by = {"_loop": [1, s - 0.5], "add": [2, 0.5]}
+    ...     f = {"xla_s": s, "programs": 3, "xla_by_function": by}
+    ...     _ = (d / f"{pid}.json").write_text(json.dumps(f))
     >>> summarize(d)
-    {'xla_s': 3.5, 'programs': 6, 'processes': 2}
+    {'xla_s': 3.5, 'programs': 6, 'xla_by_function': {'_loop': [2, 2.5], 'add': [4, 1.0]}, 'processes': 2}
     """
     total: dict = {}
     files = sorted(folder.glob("*.json")) if folder.is_dir() else []
     for f in files:
         for name, value in json.loads(f.read_text(encoding="utf-8")).items():
-            total[name] = total.get(name, 0) + value
+            if isinstance(value, dict):
+                into = total.setdefault(name, {})
+                for key, (n, s) in value.items():
+                    m, t = into.get(key, (0, 0.0))
+                    into[key] = [m + n, t + s]
+            else:
+                total[name] = total.get(name, 0) + value
     return {**total, "processes": len(files)}

@@ -40,7 +40,7 @@ def suite_cache() -> Path:
 os.environ["NANOSPEC_COMPILE_CACHE"] = os.environ.get(
     "NANOSPEC_TEST_COMPILE_CACHE", str(suite_cache())
 )
-if "PYTEST_XDIST_WORKER" not in os.environ:
+if "PYTEST_XDIST_WORKER" not in os.environ and compile_cache.LOG_ENV not in os.environ:
     os.environ[compile_cache.LOG_ENV] = str(
         REPO / "runs" / "test-compile-log" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     )
@@ -115,9 +115,11 @@ def pytest_runtest_makereport(item, call):
 
 
 _COMPILE_S: dict = {}  # nodeid -> seconds compiling (the controller's copy)
+_TOOK_S: dict = {}  # nodeid -> seconds in all (setup, call and teardown)
 
 
 def pytest_runtest_logreport(report):
+    _TOOK_S[report.nodeid] = _TOOK_S.get(report.nodeid, 0.0) + report.duration
     for name, value in report.user_properties:
         if name == "compile_s" and report.when == "teardown":
             _COMPILE_S[report.nodeid] = value
@@ -130,8 +132,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     log = Path(os.environ[compile_cache.LOG_ENV])
     costliest = sorted(_COMPILE_S.items(), key=lambda kv: -kv[1])
-    if costliest and log.is_dir():  # every test's seconds, for a closer look
-        lines = (f"{seconds:.2f}\t{nodeid}\n" for nodeid, seconds in costliest)
+    if costliest and log.is_dir():  # every test's seconds compiling and in all
+        lines = (f"{s:.2f}\t{_TOOK_S.get(nodeid, 0):.2f}\t{nodeid}\n" for nodeid, s in costliest)
         (log / "tests.tsv").write_text("".join(lines), encoding="utf-8")
     costliest = costliest[:15]
     if costliest and costliest[0][1] > 0:
@@ -146,6 +148,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             f"{os.environ['NANOSPEC_COMPILE_CACHE']}): {total.get('xla_s', 0):.0f} s in XLA, "
             f"{total.get('trace_s', 0) + total.get('lower_s', 0):.0f} s tracing and lowering"
         )
+        by = sorted(total.get("xla_by_function", {}).items(), key=lambda kv: -kv[1][1])
+        if by:  # which jitted functions those XLA seconds went to
+            top = ", ".join(f"{name} {n}× {s:.0f} s" for name, (n, s) in by[:8])
+            terminalreporter.write_line(f"XLA's seconds by function: {top}")
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 drafting state follows the protocol (the feature at L−2, EAGLE's cache over real pairs)."""
 
 import dataclasses
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -165,32 +166,28 @@ def test_a_draft_vocabulary_bounds_what_a_head_drafts(target, kind):
     tokens = jnp.array([[1, 2, 3, 4, 5, 6]] * 64)
     _, hidden, _ = forward(g, p, tokens, jnp.broadcast_to(jnp.arange(6), tokens.shape))
     outside = np.setdiff1d(np.arange(cfg.vocab_size), vocab)
-    for t in (1.0, 0.0):
-        sp = SamplingParams.make(t)
-        args = (jnp.pad(tokens, ((0, 0), (0, 10))), jnp.full(64, 6), jax.random.key(0), sp, 3)
-        state = drafter.init(dp, tokens, jnp.full(64, 6), hidden)
-        drafts, q, _ = drafter.propose(dp, state, *args)
+    for t in (1.0, 0.0):  # settings are traced: one program for both
+        drafts, q = first_drafts(drafter, dp, tokens, hidden, SamplingParams.make(t))
         assert np.isin(np.asarray(drafts), vocab).all()
         np.testing.assert_array_equal(np.asarray(q)[..., outside], 0.0)
         np.testing.assert_allclose(np.asarray(q).sum(-1), 1.0, rtol=1e-5)
     # The first draft's law, over the vocabulary, is the whole layer's law renormalised.
-    _, q_full, _ = full.propose(
-        dp_full,
-        full.init(dp_full, tokens, jnp.full(64, 6), hidden),
-        *args[:3],
-        SamplingParams.make(1.0),
-        3,
-    )
-    q_full = np.asarray(q_full)[:, 0]
-    _, q, _ = drafter.propose(
-        dp,
-        drafter.init(dp, tokens, jnp.full(64, 6), hidden),
-        *args[:3],
-        SamplingParams.make(1.0),
-        3,
-    )
+    hot = SamplingParams.make(1.0)
+    q_full = np.asarray(first_drafts(full, dp_full, tokens, hidden, hot)[1])[:, 0]
+    q = first_drafts(drafter, dp, tokens, hidden, hot)[1]
     expected = q_full[:, list(vocab)] / q_full[:, list(vocab)].sum(-1, keepdims=True)
     np.testing.assert_allclose(np.asarray(q)[:, 0][:, list(vocab)], expected, rtol=1e-4, atol=1e-6)
+
+
+@partial(jax.jit, static_argnums=0)
+def first_drafts(drafter, dp, tokens, hidden, sp):
+    """(drafts, laws) of a drafter's first 3 drafts after full-length prompts `tokens`, as one
+    program (run op by op, init and propose compiled a program per operation)."""
+    lengths = jnp.full(tokens.shape[0], tokens.shape[1])
+    state = drafter.init(dp, tokens, lengths, hidden)
+    seq = jnp.pad(tokens, ((0, 0), (0, 10)))
+    drafts, q, _ = drafter.propose(dp, state, seq, lengths, jax.random.key(0), sp, 3)
+    return drafts, q
 
 
 @pytest.mark.parametrize("width", ["half", "full"])

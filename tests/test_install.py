@@ -101,3 +101,24 @@ def test_every_text_file_is_opened_as_utf8():
         cwd=REPO,
     )
     assert done.returncode == 0, done.stdout
+
+
+def test_make_test_leaves_out_only_the_repeats_design_md_lists():
+    """`make test` (CI) deselects the `repeat` marker and `make test-all` runs it; each test with
+    repeated cases is in docs/design.md's table of what test-all adds, and only those are."""
+    make = (REPO / "Makefile").read_text(encoding="utf-8")
+    recipe = lambda target: re.search(rf"^{target}:.*\n((?:\t.*\n)+)", make, re.M).group(1)
+    assert '-m "not repeat"' in recipe("test")
+    assert '-m "repeat or not repeat"' in recipe("test-all")
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "repeat", "tests"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    marked = set(re.findall(r"::(test_\w+)\[", collected))
+    assert marked, collected[-2000:]
+    design = (REPO / "docs" / "design.md").read_text(encoding="utf-8")
+    table = design.split("**What `make test-all` adds.**")[1].split("\n\n")[1]
+    assert set(re.findall(r"^\| `(test_\w+)`", table, re.M)) == marked

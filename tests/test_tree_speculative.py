@@ -74,9 +74,25 @@ def test_a_chain_shaped_tree_is_the_chain(setup, name):
     np.testing.assert_array_equal(tree_stats.hist, chain_stats.hist)
 
 
-@pytest.mark.parametrize("widths", [(2, 2), (2, 1, 1)])
-@pytest.mark.parametrize("top", [True, False], ids=["top", "sample"])
-@pytest.mark.parametrize("name", ["draft", "medusa", "eagle", "mtp"])
+def tree_cases():
+    """Each drafter with top-k siblings on a (2, 2) tree and sampled siblings on (2, 1, 1) in
+    `make test`; the two other pairings are the same code on another tree: `make test-all`."""
+    repeat = pytest.mark.repeat(reason="the same siblings' rule on another tree")
+    return [
+        pytest.param(
+            name,
+            widths,
+            top,
+            marks=repeat if top == (widths == (2, 1, 1)) else (),
+            id=f"{name}-{'top' if top else 'sample'}-{'x'.join(map(str, widths))}",
+        )
+        for name in ("draft", "medusa", "eagle", "mtp")
+        for top in (True, False)
+        for widths in ((2, 2), (2, 1, 1))
+    ]
+
+
+@pytest.mark.parametrize("name,widths,top", tree_cases())
 def test_greedy_trees_reproduce_the_target(setup, name, widths, top):
     (cfg, g, p), drafters, tokens, lengths = setup
     drafter, dparams = drafters[name]
