@@ -46,14 +46,37 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from nanospec.aot import compiled
 from nanospec.drafters import take_rows
 from nanospec.errors import UserError
 from nanospec.generate import bucket, pad_prompts
+from nanospec.rounds import prefill_program
 from nanospec.sampling import SamplingParams
 from nanospec.serving.adaptive import Acceptance
 from nanospec.serving.mesh import check_slots, place
 from nanospec.serving.steps import put_row, redraft, round_at, step_loops
 from nanospec.settings import check_settings
+
+
+def _emitting_step(spec, gamma, width, p, dp, state, sp, max_new, first):
+    """A step at `gamma` (steps.round_at), returning also each row's `width` tokens from
+    `first` (B,) on — from where its text stood before the step, so the host copies what the
+    step emitted, not the whole (slots, S) token buffer."""
+    state, drafted, accepted = round_at(gamma, spec)(p, dp, state, sp, max_new)
+    return state, take_rows(state.seq, first, width), drafted, accepted
+
+
+def _cancel_row(state, at):
+    return state._replace(done=state.done.at[at].set(True))
+
+
+# Every engine's programs, compiled through aot.py: engines over the same loop share them.
+_step_jit = jax.jit(
+    _emitting_step, static_argnames=("spec", "gamma", "width"), donate_argnames=("state",)
+)
+_put_row_jit = jax.jit(put_row, donate_argnames=("rows",))
+_cancel_jit = jax.jit(_cancel_row, donate_argnames=("state",))
+_redraft_jit = jax.jit(redraft, static_argnames=("spec",), donate_argnames=("state",))
 
 
 class Request(NamedTuple):
@@ -117,25 +140,10 @@ class Engine:
         self.paused = False  # the last step was a plain one (γ = 0): redraft before drafting
         self._ended = None  # when the last step returned, while requests were running
         self.steps_at: dict = {}  # γ -> steps taken at it
-        self._traced = 0  # step programs traced (so compiled) so far
         self.params, self.dparams, self.n_slots = params, dparams, slots
         self.slots: list[_Slot | None] = []
-        spec = self.loop
-        self._prefill = jax.jit(
-            lambda p, dp, tokens, lengths, key: spec.prefill(p, dp, tokens, lengths, key)
-        )
-        self._insert = jax.jit(put_row, donate_argnums=0)
-        # subtle: one jitted closure per γ, not the loop as a static argument — jit would hash
-        # the loop (its model graph included) on every call, milliseconds of host time a step.
-        width = max(spec_g.depth for spec_g in self.loops.values()) + 1  # most tokens a step adds
-        self._steps = {
-            g: jax.jit(self._emitting(round_at(g, spec_g), width), donate_argnums=2)
-            for g, spec_g in self.loops.items()
-        }
-        self._cancel = jax.jit(
-            lambda state, at: state._replace(done=state.done.at[at].set(True)), donate_argnums=0
-        )
-        self._redraft = jax.jit(lambda dp, state: redraft(spec, dp, state), donate_argnums=1)
+        self.width = max(spec_g.depth for spec_g in self.loops.values()) + 1  # most a step adds
+        self._steps: dict = {}  # γ -> its step's compiled program, once the first step ran
         self.mesh = mesh
         self.reset()
 
@@ -147,7 +155,7 @@ class Engine:
         # heads down their one-token path every round, heads/drafters.py), so the loop skips
         # it; each gets its own key and round counter (replaced by the request's own on insert).
         tokens, lengths = pad_prompts([[0, 0]] * slots, self.max_len)
-        empty = self._prefill(self.params, self.dparams, tokens, lengths, jax.random.key(0))
+        empty = self._prefill(tokens, lengths, jax.random.key(0))
         self.state = empty._replace(
             done=jnp.ones_like(empty.done),
             step=jnp.zeros(slots, jnp.int32),
@@ -169,21 +177,45 @@ class Engine:
 
     @property
     def step_programs(self) -> int:
-        """Step programs compiled so far: one, whatever requests arrive (tests count them)."""
-        return self._traced
+        """Step programs this engine holds: one per γ it stepped at, whatever requests arrive
+        (a compiled program runs only the shapes it was compiled for: tests count them)."""
+        return len(self._steps)
 
-    def _emitting(self, step, width: int):
-        """`step`, returning also each row's `width` tokens from `first` (B,) on — from where
-        its text stood before the step, so the host copies what the step emitted, not the whole
-        (slots, S) token buffer — and counting its traces (jit traces a function once per
-        program it compiles)."""
+    def _run(self, jitted, static: dict, **dynamic):
+        """`jitted` for these static arguments, compiled for these arguments' shapes (and
+        placement) once per process — aot.py's table, shared by every engine over the same
+        loop — and run on them."""
+        program, _ = compiled(jitted, static, dynamic)
+        return program(**dynamic)
 
-        def emitting(p, dp, state, sp, max_new, first):
-            self._traced += 1
-            state, drafted, accepted = step(p, dp, state, sp, max_new)
-            return state, take_rows(state.seq, first, width), drafted, accepted
+    def _prefill(self, tokens, lengths, key):
+        return self._run(
+            prefill_program,
+            dict(spec=self.loop),
+            params=self.params,
+            dparams=self.dparams,
+            tokens=tokens,
+            lengths=lengths,
+            key=key,
+        )
 
-        return emitting
+    def _run_step(self, gamma, first):
+        """One step at `gamma` over every slot -> (state, tokens emitted, drafted, accepted).
+        subtle: the compiled program is kept per γ and called directly: looking it up in
+        aot.py's table would hash the loop (its model graph included) on every step,
+        milliseconds of host time."""
+        dynamic = dict(
+            p=self.params,
+            dp=self.dparams,
+            state=self.state,
+            sp=self.sp,
+            max_new=self.max_new,
+            first=first,
+        )
+        if gamma not in self._steps:
+            static = dict(spec=self.loops[gamma], gamma=gamma, width=self.width)
+            self._steps[gamma], _ = compiled(_step_jit, static, dynamic)
+        return self._steps[gamma](**dynamic)
 
     @property
     def busy(self) -> bool:
@@ -224,13 +256,11 @@ class Engine:
         sp = SamplingParams.make(
             request.temperature, request.top_k, request.top_p, request.min_new, held
         )
-        one = self._prefill(
-            self.params, self.dparams, tokens, lengths, jax.random.key(request.seed)
-        )
+        one = self._prefill(tokens, lengths, jax.random.key(request.seed))
         at = self.slots.index(None)
-        self.state = self._insert(self.state, one, at)
-        self.sp = self._insert(self.sp, sp, at)
-        self.max_new = self._insert(self.max_new, max_new, at)
+        self.state = self._run(_put_row_jit, {}, rows=self.state, one=one, at=at)
+        self.sp = self._run(_put_row_jit, {}, rows=self.sp, one=sp, at=at)
+        self.max_new = self._run(_put_row_jit, {}, rows=self.max_new, one=max_new, at=at)
         self.slots[at] = _Slot(request, len(request.prompt), 0, frozenset(stops))
         return at
 
@@ -243,19 +273,12 @@ class Engine:
         n_ctx = self.max_len
         for width in sorted({bucket(n, n_ctx) for n in prompt_lengths if 0 < n < n_ctx}):
             tokens, lengths = pad_prompts([[0] * min(width, n_ctx - 1)], n_ctx)
-            self._prefill(self.params, self.dparams, tokens, lengths, jax.random.key(0))
+            self._prefill(tokens, lengths, jax.random.key(0))
         self.cancel(self.insert(Request([0, 0], 1)))  # copying a request in, and freeing it
-        for step in self._steps.values():
-            self.state = step(
-                self.params,
-                self.dparams,
-                self.state,
-                self.sp,
-                self.max_new,
-                np.zeros(self.n_slots, np.int32),
-            )[0]
+        for gamma in self.loops:
+            self.state = self._run_step(gamma, np.zeros(self.n_slots, np.int32))[0]
         if 0 in self.loops:
-            self.state = self._redraft(self.dparams, self.state)
+            self.state = self._redraft()
 
     def probe(self, prompt: list[int], steps: int = 4, temperature: float = 1.0) -> dict:
         """What one step costs at each γ the engine may take, measured here with every slot
@@ -285,11 +308,14 @@ class Engine:
             self.policy.costs = dict(costs)
         return costs
 
+    def _redraft(self):
+        return self._run(_redraft_jit, dict(spec=self.loop), dparams=self.dparams, state=self.state)
+
     def cancel(self, slot: int) -> None:
         """Stop the request in `slot` now (a client went away, a stop string was met) and free
         the slot; its row is finished, so the loop skips it until a new request takes it."""
         if self.slots[slot] is not None:
-            self.state = self._cancel(self.state, slot)
+            self.state = self._run(_cancel_jit, {}, state=self.state, at=slot)
             self.slots[slot] = None
 
     def choose_gamma(self):
@@ -306,16 +332,14 @@ class Engine:
             self.policy.between(called - self._ended)  # the caller's own work between steps
         gamma = self.choose_gamma() if gamma is None else gamma
         if gamma and self.paused:
-            self.state = jax.block_until_ready(self._redraft(self.dparams, self.state))
+            self.state = jax.block_until_ready(self._redraft())
         self.paused = gamma == 0
         self.steps_at[gamma] = self.steps_at.get(gamma, 0) + 1
         if self.policy is not None:  # subtle: wait for a prefill still running (async dispatch),
             jax.block_until_ready(self.state)  # or the policy would charge it to this step
         start = time.perf_counter()
         first = np.array([0 if s is None else s.start + s.sent for s in self.slots], np.int32)
-        self.state, emitted, drafted, accepted = self._steps[gamma](
-            self.params, self.dparams, self.state, self.sp, self.max_new, first
-        )
+        self.state, emitted, drafted, accepted = self._run_step(gamma, first)
         emitted, n_new, done, drafted, accepted = (
             np.asarray(x) for x in (emitted, self.state.n_new, self.state.done, drafted, accepted)
         )
