@@ -26,7 +26,8 @@ demo: $(VENV)/.installed
 	$(BIN)/nanospec demo
 
 # Every test, the large-N statistical runs included (this is what CI runs), less the repeated
-# cases of sweeps (`make test-all` below), on up to four worker processes (pytest-xdist): XLA compiles on one core, so two workers nearly halve it.
+# cases of sweeps (`make test-all` below), on up to four worker processes (pytest-xdist; on
+# 2 cores, two: they keep both cores busy 95% of a run, docs/results.md).
 # Every process of the run shares one compilation cache, runs/test-xla/<versions' key>
 # (tests/conftest.py): a program is compiled once per run, and a second run starts warm.
 # The run ends with where its time goes (the aim: 25 minutes cold on 2 cores; the latest runs

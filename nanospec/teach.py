@@ -43,6 +43,7 @@ from nanospec import (
     SHIPPED,  # noqa: F401 (the lessons import it from here)
     compile_cache,
 )
+from nanospec.machine import cores, cpu_name
 from nanospec.measure.tables import CONSOLE, table  # noqa: F401 (lessons import table here)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -271,20 +272,10 @@ def spread_rows(
     return rows
 
 
-def cores() -> int:
-    """The cores this process may use (what `nproc` prints)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
 def machine() -> str:
     """This machine in a few words: cores, the CPU's model, and the software that matters."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor() or platform.machine()
     return (
-        f"{cores()} cores ({cpu}), {platform.system()}, Python "
+        f"{cores()} cores ({cpu_name()}), {platform.system()}, Python "
         f"{platform.python_version()}, jax {jax.__version__}"
     )
 

@@ -39,12 +39,9 @@ What this file deliberately leaves out: batches above 1, prefill, half precision
 
 import argparse
 import json
-import platform
-import re
 import statistics
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -54,6 +51,7 @@ from flax import nnx
 from nanospec.cache import KVCache, attention_mask, rollback
 from nanospec.errors import UserError
 from nanospec.fileio import atomic_write, check_output
+from nanospec.machine import cpu_name
 from nanospec.measure.gpt2_shape import GPT2_SMALL
 from nanospec.measure.probes import FORWARD_CALLS, interleaved_samples
 from nanospec.measure.tables import console_for, table
@@ -217,14 +215,9 @@ def nest(flat: dict) -> dict:
 
 def machine() -> dict:
     """The CPU and the versions: XLA's choices, and so these numbers, depend on all three."""
-    cpu = platform.processor() or platform.machine()
-    info = Path("/proc/cpuinfo")  # Linux names the model here; platform.processor() often not
-    if info.exists():
-        names = re.findall(r"^model name\s*:\s*(.+)$", info.read_text(encoding="utf-8"), re.M)
-        cpu = names[0] if names else cpu
     device = jax.devices()[0]
     return {
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "platform": device.platform,
         "device": device.device_kind,
         "jax": jax.__version__,

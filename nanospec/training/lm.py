@@ -12,7 +12,6 @@ accumulation, dropout — none of them pay off for ~10M parameters on two CPU co
 
 import io
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from nanospec.checkpoint import record_file, save_model
 from nanospec.corpus import CorpusConfig, build_corpus
 from nanospec.errors import UserError
 from nanospec.fileio import atomic_write
+from nanospec.machine import cores
 from nanospec.model import GPT, ModelConfig, count_params, forward
 from nanospec.tokenizer import Tokenizer, tokenize_docs
 
@@ -294,9 +294,4 @@ def train_tokenizer(
 
 def machine() -> str:
     """The machine a run trained on, as MANIFEST records it: "cpu, 2 cores"."""
-    return f"{jax.devices()[0].platform}, {_cpu_count()} cores"
-
-
-def _cpu_count() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{jax.devices()[0].platform}, {cores()} cores"
