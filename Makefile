@@ -27,7 +27,9 @@ demo: $(VENV)/.installed
 
 # Every test, the large-N statistical runs included (this is what CI runs), less the repeated
 # cases of sweeps (`make test-all` below), on up to four worker processes (pytest-xdist; on
-# 2 cores, two: they keep both cores busy 95% of a run, docs/results.md).
+# 2 cores, two). `--dist worksteal`: a worker that runs out takes half of the other's queue,
+# where the default hands each worker its first 150 tests up front and one could end with
+# minutes of them while the other sat idle (docs/results.md).
 # Every process of the run shares one compilation cache, runs/test-xla/<versions' key>
 # (tests/conftest.py): a program is compiled once per run, and a second run starts warm.
 # The run ends with where its time goes (the aim: 25 minutes cold on 2 cores; the latest runs
@@ -38,7 +40,7 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(BIN)/python -m ruff format --check .
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m pytest -m "not repeat" -q -n auto --maxprocesses 4 --durations=25
+	$(BIN)/python -m pytest -m "not repeat" -q -n auto --maxprocesses 4 --dist worksteal --durations=25
 
 # Everything `make test` runs, and the sweeps' repeated cases besides (the `repeat` marker: the
 # other γ of a greedy sweep, the other tree shapes): docs/design.md lists each and why it is a
@@ -46,7 +48,7 @@ test: $(VENV)/.installed
 test-all: $(VENV)/.installed
 	$(BIN)/python -m ruff format --check .
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m pytest -m "repeat or not repeat" -q -n auto --maxprocesses 4 --durations=25
+	$(BIN)/python -m pytest -m "repeat or not repeat" -q -n auto --maxprocesses 4 --dist worksteal --durations=25
 
 # The fast layer only, for the edit-test loop.
 test-fast: $(VENV)/.installed

@@ -54,7 +54,10 @@ def compiled(jitted, static: dict, dynamic: dict, where: tuple = ()):
     shapes of the traced ones (which may be arrays or `jax.ShapeDtypeStruct`s); 0 seconds
     when an earlier call already compiled it. `where`: the devices the arrays are on, when a
     caller places them itself (ssd/devices.py) — a program is compiled for its device."""
-    key = (jitted, tuple(sorted(static.items())), _signature(dynamic), where)
+    # JAX's switch for compiling quickly rather than well (the test suite turns it on for
+    # tests that mostly compile): a program compiled one way is not handed out for the other.
+    quick = jax.config.read("jax_disable_most_optimizations")
+    key = (jitted, tuple(sorted(static.items())), _signature(dynamic), where, quick)
     if key in _PROGRAMS:
         _PROGRAMS.move_to_end(key)
         return _PROGRAMS[key], 0.0

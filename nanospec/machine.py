@@ -24,3 +24,20 @@ def cpu_name() -> str:
             )
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
+
+
+def described() -> dict:
+    """The machine and the software a measurement's JSON records: XLA's choices, and so the
+    numbers, depend on the CPU, the device and the jax and jaxlib versions."""
+    import jax
+    import jaxlib
+
+    device = jax.devices()[0]
+    return {
+        "cpu": cpu_name(),
+        "cores": cores(),
+        "platform": device.platform,
+        "device": device.device_kind,
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+    }

@@ -6,6 +6,20 @@ import os
 import time
 from pathlib import Path
 
+# The suite compiles its programs quickly rather than well: XLA's backend optimizations off (JAX's
+# own switch) and XLA:CPU's one-kernel-per-fusion emitters off. Measured on a 2-core CPU, a
+# speculative loop then compiles in 0.27-0.42 of the CPU seconds and runs 1.4-2.3 times as long
+# (`python -m nanospec.measure.quick_compile`, docs/results.md). Most tests compile more than they
+# run, so the suite takes this trade; XLA is given the same program either way. Tests whose time is
+# in their rows (the large-N law tests, the shipped models' fact test) are marked `optimized` and
+# compile as every command does, and the lessons' kernels get the settings the suite was started
+# with (their timings are claims). Set before JAX is imported, so that every CLI and server process
+# the tests start inherits them.
+AS_GIVEN = {name: os.environ.get(name) for name in ("XLA_FLAGS", "JAX_DISABLE_MOST_OPTIMIZATIONS")}
+QUICK_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false"
+os.environ["XLA_FLAGS"] = f"{AS_GIVEN['XLA_FLAGS'] or ''} {QUICK_XLA_FLAGS}".strip()
+os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
+
 import jax
 import jaxlib
 import pytest
@@ -83,6 +97,29 @@ def _free_compiled_programs():
         jax.clear_caches()
         aot.clear()
         gc.collect()
+
+
+@pytest.fixture(autouse=True)
+def _optimized_when_marked(request):
+    """A test marked `optimized` compiles with XLA's optimizations on, as every command does
+    (its time is in running rows); the others compile quickly (the settings at the top)."""
+    if request.node.get_closest_marker("optimized") is None:
+        yield
+        return
+    jax.config.update("jax_disable_most_optimizations", False)
+    yield
+    jax.config.update("jax_disable_most_optimizations", True)
+
+
+@pytest.fixture
+def as_users_compile(monkeypatch):
+    """For a test that starts a process whose timings are claims (a lesson's kernel): the
+    process gets the compiler settings the suite was started with, not the suite's quick ones."""
+    for name, value in AS_GIVEN.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
 
 
 @pytest.fixture

@@ -49,7 +49,7 @@ def outputs_text(nb) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
-def test_lesson_runs_as_a_notebook_and_its_claims_hold(path):
+def test_lesson_runs_as_a_notebook_and_its_claims_hold(path, as_users_compile):
     nb = jupytext.read(path, fmt="py:percent")
     text = execute(nb)
     assert "✓" in text and "✗" not in text and "Traceback" not in text, text[-3000:]

@@ -58,7 +58,7 @@ def test_on_a_2x2_mesh_greedy_tokens_equal_one_devices():
     """)
     env = {
         **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4",
         "JAX_PLATFORMS": "cpu",
     }
     done = subprocess.run(

@@ -67,7 +67,7 @@ def test_on_two_devices_the_driver_emits_the_fused_loops_tokens():
     """)
     env = {
         **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2",
         "JAX_PLATFORMS": "cpu",
     }
     done = subprocess.run(

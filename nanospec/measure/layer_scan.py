@@ -51,7 +51,7 @@ from flax import nnx
 from nanospec.cache import KVCache, attention_mask, rollback
 from nanospec.errors import UserError
 from nanospec.fileio import atomic_write, check_output
-from nanospec.machine import cpu_name
+from nanospec.machine import described
 from nanospec.measure.gpt2_shape import GPT2_SMALL
 from nanospec.measure.probes import FORWARD_CALLS, interleaved_samples
 from nanospec.measure.tables import console_for, table
@@ -213,18 +213,6 @@ def nest(flat: dict) -> dict:
     return out
 
 
-def machine() -> dict:
-    """The CPU and the versions: XLA's choices, and so these numbers, depend on all three."""
-    device = jax.devices()[0]
-    return {
-        "cpu": cpu_name(),
-        "platform": device.platform,
-        "device": device.device_kind,
-        "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
-    }
-
-
 def row(shape: str, record: dict, key: str, spec: str) -> list:
     """A table row: the shape, its layers, then loop, scan and scan/loop for each pass."""
     cells = [shape, record["config"]["n_layer"]]
@@ -282,7 +270,7 @@ def main(argv=None) -> dict:
         "repeats": args.repeats,
         "compile_repeats": args.compile_repeats,
         "forward_calls": FORWARD_CALLS,
-        "machine": machine(),
+        "machine": described(),
         "shapes": records,
     }
     console.print(f"{report['machine']['cpu']}, jax {jax.__version__}, jaxlib {jaxlib.__version__}")

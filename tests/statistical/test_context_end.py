@@ -70,6 +70,7 @@ def test_smoke_context_end_law_at_20k(pair):
     _check(pair, DraftModel(pair[1][1], pair[1][0]), pair[1][2], gamma=5, n=20_000, seed=300)
 
 
+@pytest.mark.optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("gamma", [3, 5])
 def test_draft_model_at_the_context_end(pair, gamma):
@@ -84,12 +85,14 @@ def test_draft_model_at_the_context_end(pair, gamma):
     )
 
 
+@pytest.mark.optimized
 @pytest.mark.slow
 def test_prompt_lookup_at_the_context_end(pair):
     """Point-mass drafts (accept with p(x)), γ = 4 > room after the first round."""
     _check(pair, PromptLookup(V), (), gamma=4, n=N, seed=320)
 
 
+@pytest.mark.optimized
 @pytest.mark.slow
 def test_a_tree_at_the_context_end(pair):
     """A 2,2,1 SpecInfer tree (sampled siblings, depth 3): cut at the end, not shrunk."""

@@ -94,6 +94,7 @@ def test_lookup_runs_include_rounds_without_drafts(setup):
     assert 0 < drafted.sum() and np.any(drafted < 3 * (rounds - 1)), "later rounds mix"
 
 
+@pytest.mark.optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("setting", SETTINGS)
 @pytest.mark.parametrize("name", DRAFTERS)

@@ -69,6 +69,7 @@ def test_smoke_folder_law_at_20k(folder_pair):
     check(folder_pair, SamplingParams.make(1.0), gamma=3, n=20_000, seed=300)
 
 
+@pytest.mark.optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("setting", [(1.0, 0, 1.0), (0.7, 3, 0.9)], ids=["T1", "T0.7-k3-p0.9"])
 def test_folder_joint_law(folder_pair, setting):

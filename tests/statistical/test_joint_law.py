@@ -74,6 +74,7 @@ MATRIX = [(s, g) for s in ("T1", "T0.7-topk3-topp0.9") for g in (1, 3, 5)] + [
 ]
 
 
+@pytest.mark.optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("setting,gamma", MATRIX, ids=[f"{s}-gamma{g}" for s, g in MATRIX])
 def test_draft_model_joint_law(pair, setting, gamma):
@@ -81,6 +82,7 @@ def test_draft_model_joint_law(pair, setting, gamma):
     _check_law(pair, SamplingParams.make(t, k, p), gamma, N, seed=gamma)
 
 
+@pytest.mark.optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("gamma", [2, 4])
 def test_mixed_batch_rows_each_follow_their_own_law(pair, gamma):
@@ -95,6 +97,7 @@ def test_mixed_batch_rows_each_follow_their_own_law(pair, gamma):
     )
 
 
+@pytest.mark.optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("gamma", [1, 3])
 def test_first_round_law(pair, gamma):

@@ -121,6 +121,7 @@ def test_smoke_ssd_law_at_20k(pair):
         assert pvalue > THRESHOLD, f"p-value {pvalue:.3g}"
 
 
+@pytest.mark.optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("cell", CELLS)
 def test_ssd_joint_law(pair, cell):

@@ -83,6 +83,7 @@ CELLS = [("draft", regime) for regime in REGIMES] + [
 ]
 
 
+@pytest.mark.optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("name,regime", CELLS, ids=[f"{n}-{r}" for n, r in CELLS])
 def test_tree_joint_law(setup, name, regime):

@@ -84,6 +84,7 @@ def _ar(model, ids, key, n):
     return generate(g, p, cfg, tokens, lengths, key, SamplingParams.make(1.0), M, -1)[0]
 
 
+@pytest.mark.optimized
 @pytest.mark.slow
 @pytest.mark.parametrize("method", [m for m in METHODS if m != "ar"])
 def test_speculative_samples_match_autoregressive_samples(reference, method):
