@@ -8,13 +8,15 @@
 # **It explains** `nanospec/model.py` (one call shape for every pass:
 # `model(tokens, positions, cache)`) and the opening that `nanospec/speculative.py` uses.
 #
-# A language model writes one token at a time: token t+1 needs token t as input, so
+# A language model writes one token at a time: each token needs the one before it as input, so
 # autoregressive decoding is a chain of passes over ONE new token each. But a pass over several
 # new tokens at once — if we already knew them — computes every one of their next-token laws
 # together, and costs far less than that many passes: part of a pass's cost is paid once per
 # pass however many tokens it carries, and only the rest grows with the tokens. Speculative
 # decoding guesses the next γ tokens cheaply, then checks all of them with one such wide pass.
 # Below we time it, and split a pass into those two parts to see which costs what here.
+#
+# Notation: lessons/NOTATION.md (one meaning per symbol, course-wide).
 
 # %%
 import dataclasses
@@ -172,6 +174,14 @@ table(
 console.print(
     f"the fixed part costs as much as the arithmetic of {(1 - arithmetic) / arithmetic:.0f} tokens"
 )
+slot = 2 * 2 * cfg.d_model * cfg.n_layer  # model.py's two attention einsums: flops a slot
+more = (cfg.n_ctx - 80) * slot  # the slots a 256-slot cache has beyond 80
+console.print(
+    f"attention's arithmetic: {slot:,} flops a slot; all {cfg.n_ctx} slots are "
+    f"{cfg.n_ctx * slot / flops:.0%} of the weights' {flops / 1e6:.2f} MFLOP, the "
+    f"{cfg.n_ctx - 80} beyond 80 are {more / 1e6:.2f} MFLOP, {more / flops:.0%} of it: at the "
+    f"rate of the pass's arithmetic, {arithmetic * more / (flops + cfg.n_ctx * slot):.1%} of a pass"
+)
 
 # %% [markdown]
 # Read the table from the bottom. Starting every operation of the pass costs a few percent of
@@ -179,22 +189,26 @@ console.print(
 # share: the bare product does several times fewer GFLOP/s than the same CPU does on the wide
 # pass's arithmetic, so it waits for memory, not for arithmetic. The KV cache is most of the
 # rest: a pass works over the cache's whole buffer, so 256 slots cost more than 80 however few
-# are filled. That is neither arithmetic (attention's arithmetic for one token is a tenth of
-# the weights', and 176 more slots add under 1% of a pass's) nor the cost of starting
-# operations (the width-48 model, whose buffers have an eighth of the bytes, costs almost
-# nothing): it is work that grows with the buffers' bytes, and far dearer per byte than
-# streaming the weights, so the pass does more with the buffers than read them once. Each
-# part is measured on its own, so they need not add up, and on a busy machine one can come
-# out far off, even above the whole pass, when other programs slow it more than the pass
-# timed beside it: run the lesson again. In eleven runs on the 2-core machine this lesson was
-# written on, busy with other jobs, the fixed part was 83–93% of a one-token pass, streaming
-# the weights 37–70% (once, in a burst of load, 119%), the larger cache 27–60% and starting
-# the operations 2–5%.
+# are filled. That is neither arithmetic nor the cost of starting operations. Not arithmetic:
+# model.py's two attention einsums (the scores, then the weighted values) each do a multiply
+# and an add per slot for each of a key's or value's 384 numbers, in each of the 6 layers:
+# 2 × 2 × 384 × 6 = 9,216 flops a slot. All 256 slots are a tenth of the weights' 23.06
+# MFLOP; the 176 slots beyond 80 are 1.62 MFLOP, about 7% of it, and at the rate the pass
+# does its arithmetic a percent of a pass or less (printed under the table), against the
+# tens of percent the table measures. Not starting operations: the width-48 model, whose
+# buffers have an eighth of the bytes, costs almost nothing. It is work that grows with the
+# buffers' bytes, and far dearer per byte than streaming the weights, so the pass does more
+# with the buffers than read them once. Each part is measured on its own, so they need not
+# add up, and on a busy machine one can come out far off, even above the whole pass, when
+# other programs slow it more than the pass timed beside it: run the lesson again. In eleven
+# runs on the 2-core machine this lesson was written on, busy with other jobs, the fixed part
+# was 83–93% of a one-token pass, streaming the weights 37–70% (once, in a burst of load,
+# 119%), the larger cache 25–60% and starting the operations 2–5%.
 #
 # So on this CPU a wide pass saves the work that grows with bytes, not tokens: the weights
 # streamed and the work on the cache's buffers, paid once for all its tokens. It does not
-# save arithmetic: by 16 tokens the arithmetic costs more than the fixed part, so r(γ+1)
-# grows with γ. That is why docs/design.md §6 says r grows with γ on a CPU: each extra token
-# adds arithmetic that a wide pass does not share. The pass is compute-bound (its arithmetic
+# save arithmetic: each extra token adds arithmetic that a wide pass does not share, so
+# r(γ+1) grows with γ (docs/design.md §6), and by 16 tokens that arithmetic costs more than
+# the fixed part. The pass is compute-bound (its arithmetic
 # outweighing the fixed part) only when it carries more tokens than the count printed under
 # the table (about 9 when this was written). On a GPU, design.md notes, r barely moves.

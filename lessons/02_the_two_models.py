@@ -15,6 +15,8 @@
 # about a third of it — it is nearly as often right as the target, but on a rare fact it falls
 # far behind. So a tiny draft can be right most of the time, and the target is left to decide
 # the hard tokens.
+#
+# Notation: lessons/NOTATION.md (one meaning per symbol, course-wide).
 
 # %%
 import jax.numpy as jnp

@@ -24,6 +24,8 @@
 # and no more: at the first token where the texts differ it recomputes the target's logits
 # over the text so far and fails unless the top two are within 1e-3; each near-tie it finds
 # is printed and raised as a warning, never hidden. The last cell here does the same.
+#
+# Notation: lessons/NOTATION.md (one meaning per symbol, course-wide).
 
 # %%
 import jax
@@ -74,8 +76,9 @@ console.print(PROMPT + tok.decode(spec), markup=False)
 # ## Counting target passes
 #
 # The reference loop makes one target pass over the prompt, then one per round. The fast loop
-# (`speculative.py`) makes the same rounds (the last cell checks that it writes the same
-# text) and counts them (`RoundStats.hist`: rounds by how many drafts they accepted). Its
+# (`speculative.py`) follows the same rule, so at T = 0 it makes the same rounds (the last cell
+# checks only that it writes the same text, which the same rounds imply but do not prove) and
+# counts them (`RoundStats.hist`: rounds by how many drafts they accepted). Its
 # pass over the prompt yields no token: the prompt's last token waits for round 1.
 
 # %%

@@ -10,7 +10,7 @@
 # **It explains** the performance model of `docs/design.md` §6, as `nanospec bench` computes
 # it (`gamma_row` in `nanospec/measure/bench.py`, the probes in `nanospec/measure/probes.py`).
 #
-# Count time in target decode steps (T_ar, one target pass over one new token). A round costs
+# Count time in target decode steps (t_ar, one target pass over one new token). A round costs
 # γ draft steps of c each (c = a draft step over a target step) and one verify pass over γ + 1
 # tokens, which costs r(γ+1) one-token passes (lesson 01). It emits E(α, γ) tokens on average
 # (lesson 08), where autoregressive decoding would have needed E target steps. So
@@ -20,6 +20,8 @@
 # A longer γ buys more tokens per round, with diminishing returns (α^i shrinks), and pays γ·c
 # plus a wider verify pass for them. The best γ is where the two balance. Each γ is its own
 # compiled loop, so this lesson measures two: one draft per round, and seven.
+#
+# Notation: lessons/NOTATION.md (one meaning per symbol, course-wide).
 
 # %%
 import statistics
@@ -66,8 +68,8 @@ for g in GAMMAS:
 #
 # Everything goes into one round-robin pool (`interleaved_samples`), so a noisy neighbour
 # slows all of it alike. A decode step is a difference of two runs of one compiled loop,
-# (T(N) − T(1)) / (N − 1), so prefill cancels out: for the target (T_ar) and for the draft
-# model (its step over T_ar is c). r(γ+1) is a (γ+1)-token pass over a one-token pass, taken
+# (t(N) − t(1)) / (N − 1), so prefill cancels out: for the target (t_ar) and for the draft
+# model (its step over t_ar is c). r(γ+1) is a (γ+1)-token pass over a one-token pass, taken
 # pass by pass like the speedups below.
 
 # %%
@@ -80,13 +82,14 @@ samples = interleaved_samples(probes, repeats=7)
 med = {k: statistics.median(v) for k, v in samples.items()}
 t_ar = (med["all", 0] - med["first", 0]) / (N - 1)
 c = (med["draft", N] - med["draft", 1]) / (N - 1) / t_ar
-console.print(f"T_ar = {1e3 * t_ar:.2f} ms per target step, c = {c:.3f}")
+console.print(f"t_ar = {1e3 * t_ar:.2f} ms per target step, c = {c:.3f}")
 
 # %% [markdown]
 # The measured speedup is taken pass by pass (`paired_latency`): autoregressive time over
 # speculative time within each pass, then the median. The model predicts the decode phase,
-# so it is compared with the time after the first token (TPOT ×); end to end (which also pays
-# the prompt, and the draft model's too) is shown beside it.
+# so the "measured" column is the speedup after the first token (vLLM's TPOT, time per output
+# token, `tpot_speedup`); "end to end" (which also pays the prompt, and the draft model's too)
+# is shown beside it.
 
 
 # %%
@@ -131,17 +134,17 @@ table(
 # On a quiet machine it is usually within a tenth or two; bursts of other work can move the
 # measured speedup far more than the model's inputs. The model leaves out what a round costs
 # beyond its passes (the draft model re-reads two tokens every round, the verify rule, the
-# bookkeeping), which flatters short drafts most: at γ = 1 that cost is shared by the fewest
-# tokens.
+# bookkeeping), which should flatter short drafts most (at γ = 1 that cost is shared by the
+# fewest tokens), though which γ the model over- or under-predicts changes from run to run.
 
 # %%
 pick, best = max(GAMMAS, key=pred.get), max(GAMMAS, key=meas.get)
 short = 1 - meas[pick] / meas[best]  # 0 when the model picks the γ measured fastest
-off = meas[best] / pred[best] - 1
+off = pred[best] / meas[best] - 1  # as a share of the measured speedup
 console.print(
     f"on this machine, at γ = {best} speculation is {meas[best]:.2f}× as fast per "
     f"token as autoregressive decoding ({e2e[best]:.2f}× end to end), and the "
-    f"prediction, {pred[best]:.2f}×, is {abs(off):.0%} {'below' if off > 0 else 'above'}"
+    f"prediction, {pred[best]:.2f}×, is {abs(off):.0%} {'below' if off < 0 else 'above'}"
     " that (measured, not asserted)"
 )
 # The margin: a tenth of noise either way, plus the round overhead the model leaves out.
@@ -155,11 +158,14 @@ claim(
 # %% [markdown]
 # ## Where would γ stop paying?
 #
-# The same formula, with this run's α (at γ = 7) and c, for every γ up to 16 — if the verify
-# pass cost one step whatever its width (r = 1), which is roughly what an accelerator gives
-# (docs/design.md §6). Then only drafting limits γ: one more draft adds α^(γ+1) tokens for c
-# more cost, and past the best that rate, α^(γ+1)/c, is below the speedup already reached,
-# E/(γ·c + 1), so it pulls the ratio down. On a CPU r grows with the block too (the table
+# A thought experiment: what if only r changed? The same formula, with this run's α (at
+# γ = 7) and this CPU's c, for every γ up to 16, as if the verify pass cost one step whatever
+# its width (r = 1). An accelerator's wide pass does cost about one step (docs/design.md §6),
+# but its c is its own, not this CPU's, so this is not a prediction for one: it shows what
+# drafting alone does to γ. Then only drafting limits γ: one more draft adds α^(γ+1) tokens
+# for c more cost, and past the best that rate, α^(γ+1)/c, is below the speedup already
+# reached, E/(γ·c + 1), so it pulls the ratio down; the larger c, the smaller the best γ can
+# be (the line after the table varies c). On a CPU r grows with the block too (the table
 # above has this machine's); docs/results.md times γ up to 15 with `nanospec bench`.
 
 # %%
@@ -187,6 +193,13 @@ def draw(ax):
 
 figure("09_choosing_gamma", draw)
 console.print(f"with this run's c and r = 1, the best γ of 1..16 would be {top}")
+best_at = {
+    k: max(range(1, 17), key=lambda g, k=k: expected_tokens(a, g) / (g * k * c + 1)) for k in (2, 4)
+}
+console.print(
+    f"with r = 1 and c twice this run's, it would be {best_at[2]}; four times, {best_at[4]}: "
+    "a dearer draft step never lets γ go further (arithmetic, not a measurement)"
+)
 lo, hi = GAMMAS
 wider = (r[hi] - r[lo]) / (hi - lo)  # what one more draft adds to the verify pass
 console.print(
@@ -201,8 +214,10 @@ console.print(
 # On any machine the best γ balances E's diminishing returns against what a round costs,
 # γ·c + r(γ+1), and the model finds it from ratios measured in one run; the speedups, and
 # which term holds γ back, are the machine's. Where a wide pass costs more than a narrow one
-# (a CPU), r(γ+1) stops γ early; where it costs about the same (an accelerator, r ≈ 1), only
-# drafting does, as in the r = 1 table. The line above says which case this machine is in.
+# (a CPU), r(γ+1) holds γ back, though on this machine not always before the largest γ tried
+# (docs/results.md); where it costs about the same (r ≈ 1, as on an accelerator),
+# only drafting does, and how soon depends on that machine's c — the r = 1 table kept this
+# CPU's. The line above says which case this machine is in.
 #
 # This lesson measures c as the draft model's decode step alone; `nanospec bench` measures it
 # *in place*, each drafting round timed beside the target pass, where the target's weights

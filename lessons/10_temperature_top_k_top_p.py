@@ -8,15 +8,18 @@
 # the verify rule another.
 #
 # **It explains** `nanospec/sampling.py` (`sampling_probs`, the one place where logits become
-# the law a token is drawn from) and why `ChainJudge` (`nanospec/speculative.py`) and `DraftModel.propose`
-# (`nanospec/drafters.py`) both call it with the same `SamplingParams`.
+# the law a token is drawn from) and why `ChainJudge` (`nanospec/speculative.py`) and
+# `DraftModel.propose` (`nanospec/drafters.py`) both call it with the same `SamplingParams`.
 #
-# Sampling settings change the law we *want*: the target's logits give p' = sampling_probs(
-# logits, settings), not the plain softmax p. Lesson 04 showed that the verify rule outputs
-# exactly the law it is given as p, whatever the q — provided q is the law the draft really
-# sampled from. So nanospec filters once, before anything else: the draft samples from its
-# filtered law q' and reports q'; the target's pass is filtered into p'; the rule runs on
-# (p', q') and speculation writes exactly what filtered autoregressive sampling writes.
+# Sampling settings change the law we *want*: the target's logits give p = sampling_probs(
+# logits, settings), not their plain softmax (p is always the law after temperature, top-k and
+# top-p). Lesson 04 showed that the verify rule outputs exactly the law it is given as p,
+# whatever the q — provided q is the law the draft really sampled from. So nanospec filters
+# once, before anything else: the draft samples from its filtered law q and reports q; the
+# target's pass is filtered into p; the rule runs on (p, q) and speculation writes exactly what
+# filtered autoregressive sampling writes.
+#
+# Notation: lessons/NOTATION.md (one meaning per symbol, course-wide).
 
 # %%
 from collections import Counter
@@ -130,20 +133,20 @@ claim(
 #
 # At T = 0.7, top-k 10, top-p 0.9 the target keeps only a handful of tokens, so the exact law
 # of the first TWO generated tokens can be enumerated: one target pass over the prompt followed
-# by each kept first token gives p'(x₂ | x₁). Then 500 independent speculative runs (the rows
-# of one batch, γ = 1: the second token is a bonus from p'₂ when the first draft is accepted,
-# else round 2's) and a Pearson chi-square test against that law, cells expected fewer than 5
-# times pooled. If speculation is exact, a p-value below 1e-4 happens for about one seed in
-# 10,000: this claim's false-failure probability. About, because the statistic follows the
-# chi-square law only approximately for large N, and 500 runs spread over the continuations
-# counted below is a moderate N.
+# by each kept first token gives p(x₂ | x₁). Then 500 independent speculative runs (the rows
+# of one batch, γ = 1: the second token is a bonus from p(x₂ | x₁) when the first draft is
+# accepted, else round 2's) and a Pearson chi-square test against that law, cells expected
+# fewer than 5 times pooled. If speculation is exact, a p-value below 1e-4 happens for about
+# one seed in 10,000: this claim's false-failure probability. About, because the statistic
+# follows the chi-square law only approximately for large N, and 500 runs spread over the
+# continuations counted below is a moderate N.
 # (tests/statistical/test_two_sample.py compares with autoregressive *samples* instead, at
 # T = 1, where the law is too wide to enumerate.)
 
 # %%
 SP, GAMMA, N, M = dict(temperature=0.7, top_k=10, top_p=0.9), 1, 500, 2
 first = law("target", ids, **SP)
-exact = {}  # (x₁, x₂): p'(x₁) · p'(x₂ | x₁)
+exact = {}  # (x₁, x₂): p(x₁) · p(x₂ | x₁)
 for x1 in np.flatnonzero(first):
     second = law("target", ids + [int(x1)], **SP)
     exact.update({(int(x1), int(x2)): first[x1] * second[x2] for x2 in np.flatnonzero(second)})
@@ -200,47 +203,49 @@ claim(
 # ## (c) Filtered differently: computed exactly
 #
 # One drafted token, as in lesson 04, on the real laws after the prompt, all at T = 0.7, "cut"
-# meaning top-k 10 and top-p 0.9 as above. The draft samples x from a law s and tells the rule
-# r; `accept_reject` accepts when u·r(x) < p(x), with probability min(1, p(x)/r(x)); after a
-# rejection the rule draws from residual(p, r). So
+# meaning top-k 10 and top-p 0.9 as above. p is the target's law the rule is given: its cut
+# law, the one we want, save in one pairing below; every output is compared with the cut law.
+# The draft samples x from its law q but may report another law q′ to the rule (q′ = q when
+# it is honest); `accept_reject` accepts when u·q′(x) < p(x), with probability
+# min(1, p(x)/q′(x)); after a rejection the rule draws from residual(p, q′). So
 #
-#     P(y) = s(y)·min(1, p(y)/r(y)) + [Σ_z s(z)·(1 − min(1, p(z)/r(z)))] · residual(p, r)(y)
+#     P(y) = q(y)·min(1, p(y)/q′(y)) + [Σ_z q(z)·(1 − min(1, p(z)/q′(z)))] · residual(p, q′)(y)
 
 # %%
 q_f, q_t = law("draft", ids, **SP), law("draft", ids, 0.7)  # filtered; only tempered
 p_f, p_t = first, law("target", ids, 0.7)
 
 
-def output_law(s, r, p):
-    """(the law of the token that comes out, the probability that the draft is accepted).
-    As in `accept_reject`, a token the rule was told has r(x) = 0 is accepted whenever
-    p(x) > 0, since u·0 < p(x)."""
-    accept = np.where(r > 0, np.minimum(1.0, p / np.where(r > 0, r, 1.0)), p > 0)
-    out = s * accept + (s * (1 - accept)).sum() * np.asarray(residual(p, r), np.float64)
-    return out, float((s * accept).sum())
+def output_law(q, q_rep, p):
+    """(the law of the token that comes out, the probability that the draft is accepted), for
+    a draft that samples from q and reports q_rep (q′) to the rule. As in `accept_reject`, a
+    token reported with q′(x) = 0 is accepted whenever p(x) > 0, since u·0 < p(x)."""
+    accept = np.where(q_rep > 0, np.minimum(1.0, p / np.where(q_rep > 0, q_rep, 1.0)), p > 0)
+    out = q * accept + (q * (1 - accept)).sum() * np.asarray(residual(p, q_rep), np.float64)
+    return out, float((q * accept).sum())
 
 
-PAIRINGS = {  # name: (draft samples from, the rule is told, the target's law)
+PAIRINGS = {  # name: (draft samples from q, reports q′ to the rule, the target's law p)
     "as nanospec does": (q_f, q_f, p_f),
     "draft cut, rule told uncut q": (q_f, q_t, p_f),
     "target left uncut": (q_f, q_f, p_t),
     "draft uncut, honest about it": (q_t, q_t, p_f),
 }
 rows, off, acc, outs = [], {}, {}, {}
-for name, (s, r, p) in PAIRINGS.items():
-    outs[name], acc[name] = output_law(s, r, p)
+for name, (q, q_rep, p) in PAIRINGS.items():
+    outs[name], acc[name] = output_law(q, q_rep, p)
     off[name] = tv(outs[name], p_f)
     rows.append([name, f"{acc[name]:.3f}", f"{off[name]:.4f}", bar(off[name], 0.3, 12)])
 table(
-    "one drafted token: the law that comes out, against p'",
-    ["pairing", "accepted", "TV from p'", ""],
+    "one drafted token: the law that comes out, against the target's cut law",
+    ["pairing", "accepted", "TV from cut p", ""],
     rows,
 )
 
 # %%
 claim(
     off["as nanospec does"] < 1e-6,
-    "filtered draft, filtered target: the output law is p' "
+    "filtered draft, filtered target: the output law is the cut p "
     f"(TV {off['as nanospec does']:.1e}, float32 rounding)",
 )
 lie = "draft cut, rule told uncut q"

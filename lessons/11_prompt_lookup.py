@@ -17,6 +17,8 @@
 # verify rule accepts x with probability p(x), and on a rejection resamples from p with x
 # removed — exact at every temperature. At T = 0, p is a point mass too: a draft is kept
 # exactly when it is the target's own greedy choice.
+#
+# Notation: lessons/NOTATION.md (one meaning per symbol, course-wide).
 
 # %%
 import jax
@@ -87,15 +89,16 @@ claim(
 # ## When copying wins, and when it does not
 #
 # The loop, γ = 4, T = 0, 48 new tokens, on 4 prompts of each of the benchmark's workloads
-# (`measure/workloads.py`, cut from documents the models never trained on): *repetitive*
-# (tables read back, drills, quotes: the continuation is already in the prompt), *code* and
-# *facts* (prose about countries). A round whose last token never occurred before proposes
-# nothing: the verify rule draws that row's one token from the target's p, as a decode step
-# does (and when no row of the batch matched, the pass itself is a one-token decode step,
-# `speculative.target_pass`). In the table, *passes* counts rounds per row, one target pass
-# each for that row (the 12 rows share batched passes, so fewer run; the prompt's own pass
-# aside), *no match* counts the rounds that proposed nothing (and their share), and *accept
-# rate* is the share of the proposed drafts that were kept.
+# (`measure/workloads.py`, cut from documents made for the benchmark with new seeds, from the
+# same generators and facts the training text used): *repetitive* (tables read back, drills,
+# quotes: the continuation is already in the prompt), *code* and *facts* (prose about
+# countries). A round whose last token never occurred before proposes nothing: the verify rule
+# draws that row's one token from the target's p, as a decode step does (and when no row of the
+# batch matched, the pass itself is a one-token decode step, `speculative.target_pass`). In the
+# table, *passes* counts rounds per row, one target pass each for that row (the 12 rows share
+# batched passes, so fewer run; the prompt's own pass aside), *no match* counts the rounds that
+# proposed nothing (and their share), and *accept rate* is the share of the proposed drafts that
+# were kept.
 
 # %%
 kinds = ("repetitive", "code", "facts")
@@ -172,11 +175,11 @@ claim(
 # ## What to look at
 #
 # The "no match" column: on code and facts a large share of the rounds find nothing to copy
-# (here over half, in a short run of 4 prompts × 48 tokens; `nanospec bench` in
-# docs/results.md, 8 prompts × 128 tokens at γ = 2 to 15, measured 42–49% on code and 36–46%
-# on facts, against 18–29% on repetitive text), and the drafts of those that do copy are
-# mostly rejected, so a pass yields little more than one token (drafting costs almost nothing
-# either: `nanospec bench` shows prompt lookup's drafting cost as timing noise). On
-# repetitive text the continuation is sitting in the prompt, and copying it is nearly free
+# (here over half, in a short run of 4 prompts × 48 tokens; `nanospec bench` in docs/results.md,
+# 8 prompts × 128 tokens at γ = 2 to 15, measured 42–49% on code and 36–46% on facts, against
+# 18–29% on repetitive text), and the drafts of those that do copy are mostly discarded (the
+# first rejection ends the round), so a pass yields little more than one token (drafting costs
+# almost nothing either: `nanospec bench` shows prompt lookup's drafting cost as timing noise).
+# On repetitive text the continuation is sitting in the prompt, and copying it is nearly free
 # speed. A learned drafter (lessons 12–14) guesses everywhere; this one only where it has seen
 # the answer.

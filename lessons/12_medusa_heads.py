@@ -13,12 +13,14 @@
 # layer turns the one at position i into the law of token i+1. Medusa (Cai et al., 2024) puts
 # K small heads on that feature, each a residual block with its own output layer, and head k
 # predicts the token k+1 steps after the position it reads. Ours are simpler: K = 4 blocks
-# f + SiLU(W_k f) on f = ln_f(h), all read by the target's own (tied) output layer, over a
+# f + SiLU(W_k f + b_k) on f = ln_f(h), all read by the target's own (tied) output layer, over a
 # draft vocabulary of 1,398 of its 2,048 tokens, and distilled from the target's laws (head k
 # against the target's law of that token). At the start of a round the freshest feature is the
 # one at L−2 (L tokens committed): the target's cache holds every committed token but the
 # last, which leads the next verify block. So head 1 guesses the token at L, head k the token
 # at L−1+k — all four at once, from one feature, with no model pass of their own.
+#
+# Notation: lessons/NOTATION.md (one meaning per symbol, course-wide).
 
 # %%
 import jax

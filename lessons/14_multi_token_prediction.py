@@ -9,8 +9,9 @@
 # **It explains** `MTPModule` in `nanospec/heads/modules.py`, `MTPDrafter` in
 # `nanospec/heads/drafters.py` and `mtp_loss` in `nanospec/training/heads.py`.
 #
-# DeepSeek-V3 trains its model to predict several tokens ahead with a chain of modules, one
-# per extra depth; here such a chain is distilled onto the frozen target and drafts for it.
+# DeepSeek-V3 trains its model to predict tokens beyond the next with a chain of modules, one
+# per extra depth (V3 itself uses one module: the next token and the one after); here such a
+# chain, four deep, is distilled onto the frozen target and drafts for it.
 # Module k has its own weights. It takes the representation h^{k−1} from the depth before it
 # and the embedding of a token t, normalises each (LayerNorm), projects [LN(h^{k−1}) ;
 # LN(embed(t))] down to half the target's width, adds a residual MLP block (LayerNorm, GELU)
@@ -25,6 +26,8 @@
 # history, so between rounds MTP keeps a single feature, as Medusa does. Training (`mtp_loss`)
 # chains modules 1..k along the corpus's own tokens — module k at position i reads token i+k
 # and is matched to the target's law for token i+k+1 — and never feeds them their own guesses.
+#
+# Notation: lessons/NOTATION.md (one meaning per symbol, course-wide).
 
 # %%
 import jax

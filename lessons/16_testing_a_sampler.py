@@ -11,7 +11,7 @@
 #
 # A sampler cannot be tested like a function: two correct runs give different outputs. So we
 # test its *law*, and every such test fails a correct sampler now and then (its false-failure
-# probability, α, set by the threshold) and misses a broken one now and then (1 − its power,
+# probability, δ, set by the threshold) and misses a broken one now and then (1 − its power,
 # set by N and by how broken the sampler is). nanospec's suite states both for every layer:
 #
 # 1. **Identity** (`test_verify_identity.py`, `test_tree_identity.py`): no sampling — the law
@@ -19,8 +19,9 @@
 #    random (p, q) pairs (150 for tree siblings). False failures: none.
 # 2. **Joint law** (`test_joint_law.py`, `test_drafters_law.py`, `test_tree_law.py`,
 #    `test_ssd.py`): tiny V = 5 models, so all 625 four-token continuations can be enumerated;
-#    N = 100,000 runs of the real loop (SSD's: 50,000; 20,000 in the default run) must fit with
-#    a chi-square p-value above 1e-4: one false failure in 10,000 runs per test.
+#    N = 100,000 runs of the real loop (SSD's: 50,000; each file also has a 20,000-row smoke
+#    test, which runs without the slow tests) must fit with a chi-square p-value above 1e-4:
+#    one false failure in 10,000 runs per test.
 # 3. **Power** (`test_power.py` at N = 50,000; the drafter and tree files at 20,000, SSD's at
 #    10,000): the same test must reject broken samplers with p-values below 1e-12 — eight
 #    orders of magnitude past the threshold, not by luck. One break keeps the text's law
@@ -31,10 +32,12 @@
 #    randomness, no false failures.
 # 5. **Two-sample** (`test_two_sample.py`): shipped models, 4,000 two-token continuations
 #    with and 4,000 without speculation, a homogeneity test at 1e-4 (one false failure in
-#    10,000 per drafter); the draft model's own samples must be rejected with p < 1e-12.
+#    10,000 per drafter); the draft model's own samples must be rejected with a p-value below 1e-12.
 #
 # This lesson does layers 2 and 3 on one drafted token — lesson 04's p and q — where a test
 # costs milliseconds, so we can repeat it a thousand times and *count* its errors.
+#
+# Notation: lessons/NOTATION.md (one meaning per symbol, course-wide).
 
 # %%
 from functools import partial
@@ -53,9 +56,11 @@ q = np.array([0.10, 0.45, 0.05, 0.30, 0.10])  # the draft's law
 V, TRIALS, N = 5, 1_000, 1_000
 
 
-def at_temperature(law, t):
-    """The same draft at temperature t: sampling_probs(log q, T = t) = norm(q^(1/t))."""
-    return np.asarray(sampling_probs(jnp.log(jnp.asarray(law)), SamplingParams.make(t)), float)
+def at_temperature(law, temperature):
+    """The same draft at temperature T: sampling_probs(log q, T) = norm(q^(1/T))."""
+    return np.asarray(
+        sampling_probs(jnp.log(jnp.asarray(law)), SamplingParams.make(temperature)), float
+    )
 
 
 # %% [markdown]
@@ -125,8 +130,8 @@ def exact_law(name):
 #
 # Count the N tokens of one sample and compute Pearson's statistic Σ (count − N·p)² / (N·p).
 # If the sampler is right it follows (very nearly, at this N) a chi-square law with V − 1 = 4
-# degrees of freedom, so the p-value is uniform on [0, 1] and "reject if p-value < α" fails a
-# correct sampler with probability α. If the sampler's law is π ≠ p, the statistic follows a
+# degrees of freedom, so the p-value is uniform on [0, 1] and "reject if p-value < δ" fails a
+# correct sampler with probability δ. If the sampler's law is π ≠ p, the statistic follows a
 # *noncentral* chi-square (approximately) with λ = N · Σ (π − p)² / p, and the power is the
 # chance that it lands past the cut-off.
 
@@ -141,9 +146,9 @@ def pvalues(tokens, n=None):
     return stats.chi2.sf(((counts - n * p) ** 2 / (n * p)).sum(1), V - 1)
 
 
-def predicted_power(law, n, alpha):
+def predicted_power(law, n, delta):
     lam = n * ((law - p) ** 2 / p).sum()
-    return float(stats.ncx2.sf(stats.chi2.isf(alpha, V - 1), V - 1, lam)) if lam > 0 else alpha
+    return float(stats.ncx2.sf(stats.chi2.isf(delta, V - 1), V - 1, lam)) if lam > 0 else delta
 
 
 pv = {name: pvalues(draws(name, 100 * i, TRIALS, N)) for i, name in enumerate(SAMPLERS)}
@@ -153,16 +158,16 @@ claim(
     f"one test of the verify rule at N = {N:,} passes: p-value {first:.3f} > 1e-4 "
     "(a false failure one run in 10,000)",
 )
-ALPHA, result = 0.01, {}  # name: (TV from p, predicted power, measured power) at α = 0.01
+DELTA, result = 0.01, {}  # name: (TV from p, predicted power, measured power) at δ = 0.01
 for name in SAMPLERS:
     law = exact_law(name)
     result[name] = (
         0.5 * np.abs(law - p).sum(),
-        predicted_power(law, N, ALPHA),
-        float(np.mean(pv[name] < ALPHA)),
+        predicted_power(law, N, DELTA),
+        float(np.mean(pv[name] < DELTA)),
     )
 table(
-    f"{TRIALS:,} tests at N = {N:,}, rejected when p-value < {ALPHA}",
+    f"{TRIALS:,} tests at N = {N:,}, rejected when p-value < {DELTA}",
     ["sampler", "TV from p", "predicted", "rejected", ""],
     [
         [name, f"{tv:.3f}", f"{pred:.3f}", f"{power:.3f}", bar(power, 1, 12)]
@@ -171,25 +176,25 @@ table(
 )
 
 # %% [markdown]
-# The right sampler is rejected about α of the time — the false-failure rate we chose, not a
+# The right sampler is rejected about δ of the time — the false-failure rate we chose, not a
 # defect — and each gross bug in (nearly) every test. The subtle one (TV 0.015) is caught in
 # only a few tests in a hundred: at this N the test can hardly see it.
 #
-# The claims: the right sampler's number of rejections, at α = 0.05 and at 0.01, lies in the
-# range a binomial(1,000, α) count falls outside with probability at most 1e-4 (so the two
+# The claims: the right sampler's number of rejections, at δ = 0.05 and at 0.01, lies in the
+# range a binomial(1,000, δ) count falls outside with probability at most 1e-4 (so the two
 # claims fail wrongly with probability ≤ 2e-4); every measured power lies within 4 standard
 # errors, plus 0.03 for the noncentral approximation, of the predicted one; and a bug predicted
 # to be caught always is caught in at least 99% of the tests.
 
 # %%
 right = pv["the verify rule"]
-for alpha in (0.05, 0.01):
-    low, high = stats.binom.ppf(5e-5, TRIALS, alpha), stats.binom.isf(5e-5, TRIALS, alpha)
-    count = int(np.sum(right < alpha))
+for delta in (0.05, 0.01):
+    low, high = stats.binom.ppf(5e-5, TRIALS, delta), stats.binom.isf(5e-5, TRIALS, delta)
+    count = int(np.sum(right < delta))
     claim(
         low <= count <= high,
-        f"at α = {alpha} the right sampler was rejected {count} times "
-        f"in {TRIALS:,}: expected {TRIALS * alpha:.0f}, within [{low:.0f}, {high:.0f}]",
+        f"at δ = {delta} the right sampler was rejected {count} times "
+        f"in {TRIALS:,}: expected {TRIALS * delta:.0f}, within [{low:.0f}, {high:.0f}]",
     )
 for name, (tv, pred, power) in list(result.items())[1:]:
     claim(
@@ -200,7 +205,8 @@ for name, (tv, pred, power) in list(result.items())[1:]:
 
 
 def draw_pvalues(ax):
-    for name in ("the verify rule", "q told at T = 0.9"):  # the gross bugs: all in bin 1
+    # Only these two: the gross bugs' p-values all fall in the first bin (power 1.000 above).
+    for name in ("the verify rule", "q told at T = 0.9"):
         ax.hist(pv[name], bins=20, range=(0, 1), histtype="step", linewidth=2, label=name)
     ax.axhline(TRIALS / 20, color="grey", linestyle=":", label="a uniform p-value")
     ax.set_xlabel("p-value")
@@ -219,7 +225,7 @@ console.print(
 #
 # The same 4 degrees of freedom and λ = N·Σ (π − p)²/p: double N and λ doubles. For the
 # subtle bug we draw 100 samples of 32,000 tokens and test the first N tokens of each at the
-# suite's own threshold, α = 1e-4 (each N's measured power has standard error at most 0.05).
+# suite's own threshold, δ = 1e-4 (each N's measured power has standard error at most 0.05).
 
 # %%
 SUBTLE, CURVE = "q told at T = 0.9", 100
@@ -228,7 +234,7 @@ NS = [1_000 * 2**i for i in range(6)]
 long = draws(SUBTLE, 7_000, CURVE, NS[-1])
 curve = {n: float(np.mean(pvalues(long, n) < 1e-4)) for n in NS}
 table(
-    f"{SUBTLE!r}: power at α = 1e-4",
+    f"{SUBTLE!r}: power at δ = 1e-4",
     ["N", "predicted", "measured", ""],
     [
         [
@@ -248,7 +254,7 @@ def draw_curve(ax):
     ax.plot(NS, [curve[n] for n in NS], "o", label=f"measured ({CURVE} samples each)")
     ax.set_xscale("log")
     ax.set_xlabel("N")
-    ax.set_ylabel("power at α = 1e-4")
+    ax.set_ylabel("power at δ = 1e-4")
     ax.legend()
 
 
@@ -258,19 +264,19 @@ figure("16_power_curve", draw_curve)
 # ## How many draws does it take?
 #
 # Solve predicted_power(N) = target for N. The suite asks for more than "reject at 1e-4": a
-# broken sampler must reach p < 1e-12 (test_power.py), which costs more N again.
+# broken sampler must reach a p-value below 1e-12 (test_power.py), which costs more N again.
 
 
 # %%
-def needed(law, alpha, target):
-    return int(np.ceil(optimize.brentq(lambda n: predicted_power(law, n, alpha) - target, 1, 1e9)))
+def needed(law, delta, target):
+    return int(np.ceil(optimize.brentq(lambda n: predicted_power(law, n, delta) - target, 1, 1e9)))
 
 
 plans = [(0.01, 0.9), (1e-4, 0.99), (1e-12, 0.99)]
 table(
     "catching the subtle bug",
-    ["threshold α", "power", "N needed"],
-    [[f"{a:g}", f"{t}", f"{needed(subtle, a, t):,}"] for a, t in plans],
+    ["threshold δ", "power", "N needed"],
+    [[f"{d:g}", f"{goal}", f"{needed(subtle, d, goal):,}"] for d, goal in plans],
 )
 n99 = needed(subtle, 1e-4, 0.99)
 measured = float(np.mean(pvalues(long, n99) < 1e-4))
@@ -286,7 +292,7 @@ claim(
 )
 for n in (20_000, 100_000):  # lesson 06's N, and the suite's
     console.print(
-        f"predicted power against {SUBTLE!r} at N = {n:,}, α = 1e-4: "
+        f"predicted power against {SUBTLE!r} at N = {n:,}, δ = 1e-4: "
         f"{predicted_power(subtle, n, 1e-4):.3f}"
     )
 
@@ -300,4 +306,5 @@ for n in (20_000, 100_000):  # lesson 06's N, and the suite's
 # suite's against the subtle bug: a test is only as sharp as its N. With `--figures`,
 # runs/lessons/16_pvalues.svg shows the right sampler's p-values spread evenly and the subtle
 # bug's leaning towards 0 (over 3× as many below 0.05 as the right sampler's: the line printed
-# after the power claims) — but mostly not below α.
+# after the power claims) — but mostly not below the first table's δ = 0.01 (its "rejected"
+# column).

@@ -15,6 +15,8 @@
 # from the law q stored with it, and the verify rule is exact for drafts from any law it is
 # told (lesson 04). A miss's backup drafts are judged the same way. Greedy, that means SSD's
 # text is the target's greedy text (lesson 17 checks it); at T > 0 it is a claim about a law.
+#
+# Notation: lessons/NOTATION.md (one meaning per symbol, course-wide).
 
 # %%
 from dataclasses import replace

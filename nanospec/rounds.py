@@ -200,6 +200,7 @@ _settle_jit = jax.jit(
 )
 JITTED = (_prefill_jit, _draft_jit, _settle_jit)  # the step-wise programs (tests count them)
 prefill_program = _prefill_jit  # prefill_program(loop, params, dparams, tokens, lengths, key)
+fused_program = _fused  # the fused driver, to lower and compile by hand (measure/quick_compile.py)
 
 
 class Loop:

@@ -15,10 +15,12 @@ notebook, every figure is drawn inline instead.
 its own process exactly as a learner runs it, prints how long each took, and lists every
 lesson that failed.
 
-`python -m nanospec.teach --spread N [--out lessons/NUMBERS.md]` runs every lesson N times
-and writes the instructor's table of what they print: each claim with its numbers as ranges
-over the N runs, how often it held, and each lesson's wall time. It reads the claims from
-$NANOSPEC_CLAIMS, a file to which every `claim` appends one JSON line when it is set.
+`python -m nanospec.teach --spread N [--load K] [--out lessons/NUMBERS.md]` runs every lesson
+N times and writes the instructor's table of what they print: each claim with its numbers as
+ranges over the N runs, how often it held, and each lesson's wall time. It reads the claims
+from $NANOSPEC_CLAIMS, a file to which every `claim` appends one JSON line when it is set.
+`--load K` runs K busy loops (one Python process spinning each) beside the lessons the whole
+time: a laptop in a workshop is rarely idle, and a timing claim must hold there too.
 """
 
 import argparse
@@ -280,32 +282,55 @@ def machine() -> str:
     )
 
 
-def run_spread(n: int, out: Path, flags: list[str]) -> int:
+def load_average() -> float | None:
+    """The one-minute load average, or None where the system keeps none (Windows)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def busy_loops(k: int) -> list[subprocess.Popen]:
+    """`k` processes that each spin one core until killed: the load of `--load K`."""
+    spin = [sys.executable, "-c", "while True: pass"]
+    return [subprocess.Popen(spin, stdout=subprocess.DEVNULL) for _ in range(k)]
+
+
+def run_spread(n: int, out: Path, flags: list[str], load_k: int = 0) -> int:
     """Run every lesson `n` times, all of them and then all again (a busy spell on a shared
-    machine then touches every lesson a little rather than one a lot), and write what their
-    claims printed to `out` as a markdown table. The status is 1 if any run of any lesson
-    failed; the table is written either way, with the failures in it."""
+    machine then touches every lesson a little rather than one a lot), with `load_k` busy
+    loops beside them, and write what their claims printed to `out` as a markdown table. The
+    status is 1 if any run of any lesson failed; the table is written either way, with the
+    failures in it."""
     from nanospec.fileio import atomic_write
 
-    runs, seconds, stopped, load = [], defaultdict(list), defaultdict(int), [os.getloadavg()[0]]
-    with tempfile.TemporaryDirectory() as tmp:
-        for i in range(n):
-            claims = Path(tmp) / f"run{i}.jsonl"
-            claims.touch()
-            for path in lesson_files():
-                s, code = run_lesson(path, flags, {**os.environ, "NANOSPEC_CLAIMS": str(claims)})
-                seconds[path.name].append(s)
-                stopped[path.name] += code != 0
-                load.append(os.getloadavg()[0])
-            runs.append([json.loads(line) for line in claims.read_text("utf-8").splitlines()])
+    runs, seconds, stopped, load = [], defaultdict(list), defaultdict(int), [load_average()]
+    spinning = busy_loops(load_k)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(n):
+                claims = Path(tmp) / f"run{i}.jsonl"
+                claims.touch()
+                for path in lesson_files():
+                    env = {**os.environ, "NANOSPEC_CLAIMS": str(claims)}
+                    s, code = run_lesson(path, flags, env)
+                    seconds[path.name].append(s)
+                    stopped[path.name] += code != 0
+                    load.append(load_average())
+                runs.append([json.loads(line) for line in claims.read_text("utf-8").splitlines()])
+    finally:
+        for p in spinning:
+            p.kill()
+            p.wait()
     shown = out.resolve().relative_to(REPO) if out.resolve().is_relative_to(REPO) else out
+    loaded = f" --load {load_k}" if load_k else ""
     header = [
         "# What each lesson prints, and how much it varies",
         "",
-        (
-            f"Every lesson run {n} times on {date.today():%Y-%m-%d}: {machine()}. Written by "
-            f"`python -m nanospec.teach --spread {n} --out {shown}`: run it again to refresh it."
-        ),
+        f"Every lesson run {n} times on {date.today():%Y-%m-%d}: {machine()}"
+        + (f", with {load_k} busy loops beside them (`--load {load_k}`)" if load_k else "")
+        + f". Written by `python -m nanospec.teach --spread {n}{loaded} --out {shown}`: run it "
+        "again to refresh it.",
         "",
         (
             "Each row is a sentence a lesson checks with `claim`, its numbers shown as their range "
@@ -313,16 +338,25 @@ def run_spread(n: int, out: Path, flags: list[str]) -> int:
             "same (the lessons fix their seeds, so what they compute is the same each run; what "
             "they time is not). *held*: the runs in which the claim held (✗: the runs in which it "
             "failed). *seconds*: the lesson's wall time, least–most. Times, and every number "
-            "computed from a clock, depend on the machine and on what else it was doing: the "
-            f"one-minute load average was {min(load):.1f}–{max(load):.1f} while these ran, on "
-            f"{cores()} cores (a load near or above the core count means the lessons shared the "
-            "machine)."
+            "computed from a clock, depend on the machine and on what else it was doing: "
+            + load_sentence([x for x in load if x is not None])
         ),
         "",
     ]
     atomic_write(out, "\n".join(header + spread_rows(runs, seconds, stopped)) + "\n")
     console.print(f"written: {shown}")
     return 1 if any(stopped.values()) else 0
+
+
+def load_sentence(load: list[float]) -> str:
+    """How busy the machine was while the lessons ran, in words (the table's header)."""
+    if not load:  # Windows keeps no load average
+        return "this system keeps no load average to say how busy the machine was."
+    return (
+        f"the one-minute load average was {min(load):.1f}–{max(load):.1f} while these ran, on "
+        f"{cores()} cores (a load near or above the core count means the lessons shared the "
+        "machine)."
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -341,18 +375,25 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--out", help="where --spread writes its table (default: lessons/NUMBERS.md)"
     )
+    parser.add_argument(
+        "--load", type=int, default=0, metavar="K", help="with --spread: K busy loops beside"
+    )
     args, flags = parser.parse_known_args(argv)
     if args.spread is None:
         if args.out:
             parser.error("--out names the file --spread writes; give --spread N too.")
+        if args.load:
+            parser.error("--load sets the load of a --spread run; give --spread N too.")
         return run_all(flags)
     if args.spread < 1:
         parser.error(f"--spread needs at least 1 run, not {args.spread}.")
+    if args.load < 0:
+        parser.error(f"--load takes a number of busy loops, 0 or more, not {args.load}.")
     try:
         out = check_output(args.out or LESSONS / "NUMBERS.md", ".md", "--out")
     except UserError as e:
         parser.error(str(e))
-    return run_spread(args.spread, out, flags)
+    return run_spread(args.spread, out, flags, args.load)
 
 
 if __name__ == "__main__":

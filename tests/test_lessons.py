@@ -124,6 +124,36 @@ def test_lesson_opens_as_a_notebook(path):
     assert [c.source for c in again.cells] == [c.source for c in nb.cells]
 
 
+# The clashes lessons/NOTATION.md retired, as they were written: a time written T, a law a
+# draft reports written r, a sampled law written s, a test's level written α.
+CLASHES = {
+    "a time is t, not T": r"\bT\((?:N|1)\)|\bT_(?:ar|spec|verify|draft)\b",
+    "a reported law is q′, not r": r"\blaw r\b|residual\(p, r\)|u·r\(x\)",
+    "a sampled law is q, not s": r"\blaw s\b|s\(y\)·",
+    "a test's level is δ, not α": r"\bat α = 0\.|\blevel α\b|α = 1e-",
+}
+COURSE = [*LESSONS, *sorted((REPO / "lessons" / "exercises").rglob("*.py"))]
+
+
+@pytest.mark.parametrize("path", COURSE, ids=lambda p: str(p.relative_to(REPO / "lessons")))
+def test_the_course_keeps_one_notation(path):
+    """Every lesson's header points to lessons/NOTATION.md, and no file of the course uses a
+    symbol in a meaning NOTATION.md retired."""
+    source = path.read_text(encoding="utf-8")
+    if path in LESSONS:
+        header = jupytext.reads(source, fmt="py:percent").cells[0].source
+        assert "Notation: lessons/NOTATION.md" in header
+    for rule, pattern in CLASHES.items():
+        found = [m.group(0) for m in re.finditer(pattern, source)]
+        assert not found, f"{path.name}: {rule} ({found[:3]})"
+
+
+def test_every_retired_clash_is_named_in_notation_md():
+    notation = (REPO / "lessons" / "NOTATION.md").read_text(encoding="utf-8")
+    for symbol in ("for a reported law", "for a sampled law", "for times", "for a test's"):
+        assert symbol in notation, symbol
+
+
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_readme_lessons_index_lists_the_lesson(path):
     title = path.read_text(encoding="utf-8").splitlines()[1].split(" — ", 1)[1].strip()

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import nanospec.measure.ssd_hits
 import nanospec.ssd.fanout
 import nanospec.ssd.loop
 from nanospec.decode import Bundle, make_loop
@@ -21,7 +22,13 @@ from nanospec.measure.bench import plan_runs
 from nanospec.rounds import generated
 from nanospec.sampling import GREEDY, SamplingParams
 from nanospec.speculative import Speculator
-from nanospec.ssd.fanout import SSDOptions, geometric_fanout, parse_fanout, uniform_fanout
+from nanospec.ssd.fanout import (
+    SHIPPED_ALPHA_BETA,
+    SSDOptions,
+    geometric_fanout,
+    parse_fanout,
+    uniform_fanout,
+)
 from nanospec.ssd.loop import SSDSpeculator, lookup, outcome_keys
 from nanospec.trace import read_jsonl, summarize
 from nanospec.trees.tree import Tree
@@ -34,19 +41,31 @@ GAMMA = 3
 def test_doctests():
     assert doctest.testmod(nanospec.ssd.loop).failed == 0
     assert doctest.testmod(nanospec.ssd.fanout).failed == 0
+    assert doctest.testmod(nanospec.measure.ssd_hits).failed == 0
 
 
 def test_geometric_fanout_spends_the_budget_and_covers_every_k():
     for budget in range(4, 30):
-        for a in (0.1, 0.5, 0.9):
-            for r in (0.3, 1.0, 3.0):
-                f = geometric_fanout(budget, a, r, GAMMA)
+        for alpha in (0.1, 0.5, 0.9):
+            for beta in (0.3, 1.0, 3.0):
+                f = geometric_fanout(budget, alpha, beta, GAMMA)
                 assert sum(f) == budget and min(f) >= 1 and len(f) == GAMMA + 1
-    # A high acceptance rate moves the budget to the bonus (k = γ), a low one to k = 0.
+    # A high α moves the budget to the bonus (k = γ), a low one to k = 0.
     assert geometric_fanout(20, 0.95, 0.5, GAMMA)[-1] > geometric_fanout(20, 0.95, 0.5, GAMMA)[0]
     assert geometric_fanout(20, 0.2, 0.5, GAMMA)[0] > geometric_fanout(20, 0.2, 0.5, GAMMA)[-1]
     with pytest.raises(UserError, match="cannot cover"):
         geometric_fanout(3, 0.5, 1.0, GAMMA)
+
+
+def test_geometric_reads_the_shipped_alpha_not_the_acceptance_rate():
+    """`geometric:B` splits by the i.i.d. model's α̂ (lesson 08), not by the acceptance rate
+    (accepted / drafted: 0.787 greedy and 0.811 at T = 1 on the shipped pair), which
+    understates it; at the shipped α̂ (about 0.92) the bonus (k = γ) gets the most branches."""
+    for name, temperature in (("greedy", 0.0), ("sampled", 1.0)):
+        alpha, beta = SHIPPED_ALPHA_BETA[name]
+        assert alpha > 0.85 and beta > 0  # the acceptance rates, 0.787 and 0.811, would fail
+        f = parse_fanout("geometric:10", 4, temperature)
+        assert f == geometric_fanout(10, alpha, beta, 4) and f[-1] == max(f)
 
 
 @pytest.mark.parametrize(

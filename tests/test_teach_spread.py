@@ -108,8 +108,47 @@ def test_spread_runs_each_lesson_n_times_and_writes_the_table(tmp_path, monkeypa
     ]
 
 
+def test_load_runs_busy_loops_beside_the_lessons_and_stops_them(tmp_path, monkeypatch):
+    """`--load 2`: two spinning processes run while every lesson runs (a lesson sees them),
+    are gone when the spread is written, and the table's header says they were there."""
+    lesson = tmp_path / "01_busy.py"
+    lesson.write_text(
+        "import os; from nanospec.teach import claim\n"
+        f"pids = [int(x) for x in open({str(tmp_path / 'pids')!r}).read().split()]\n"
+        "def alive(pid):\n"
+        "    try:\n"
+        "        return os.kill(pid, 0) is None\n"
+        "    except OSError:\n"
+        "        return False\n"
+        "claim(sum(map(alive, pids)) == 2, 'two loops spin beside the lesson')\n"
+    )
+    started = []
+
+    def watched(k):
+        started.extend(real(k))
+        (tmp_path / "pids").write_text("".join(f"{p.pid} " for p in started))
+        return started
+
+    real = teach.busy_loops
+    monkeypatch.setattr(teach, "busy_loops", watched)
+    monkeypatch.setattr(teach, "lesson_files", lambda: [lesson])
+    out = tmp_path / "NUMBERS.md"
+    assert teach.run_spread(1, out, [], load_k=2) == 0
+    assert len(started) == 2 and all(p.poll() is not None for p in started)
+    text = out.read_text(encoding="utf-8")
+    assert "with 2 busy loops beside them (`--load 2`)" in text
+    assert f"--spread 1 --load 2 --out {out}" in text
+
+
 @pytest.mark.parametrize(
-    "argv", [["--spread", "0"], ["--out", "x.md"], ["--spread", "2", "--out", "table.txt"]]
+    "argv",
+    [
+        ["--spread", "0"],
+        ["--out", "x.md"],
+        ["--spread", "2", "--out", "table.txt"],
+        ["--load", "2"],
+        ["--spread", "1", "--load", "-1"],
+    ],
 )
 def test_a_wrong_spread_command_is_one_sentence_and_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as done:

@@ -46,7 +46,7 @@ from nanospec.machine import described
 from nanospec.measure.probes import interleaved_samples
 from nanospec.measure.tables import console_for, table
 from nanospec.model import GPT, ModelConfig
-from nanospec.rounds import _fused
+from nanospec.rounds import fused_program
 from nanospec.sampling import GREEDY, SamplingParams
 from nanospec.speculative import Speculator
 
@@ -120,7 +120,7 @@ def measure(programs: dict, repeats: int, compile_repeats: int) -> dict:
     """{program: {setting: {compile_cpu_s, compile_wall_s, run_ms}}}."""
     compiled, out = {}, {}
     for name, (loop, args) in programs.items():
-        lowered = _fused.lower(loop, *args)
+        lowered = fused_program.lower(loop, *args)
         for setting, options in SETTINGS.items():
             cpu, wall = [], []
             for _ in range(compile_repeats):

@@ -7,14 +7,17 @@ For the facts workload, γ = 4, at T = 0 and T = 1, it runs SSD (ssd/loop.py) fu
 prompts (at T = 1 each prompt `--copies` times: a hit rate needs thousands of rounds to be
 known to a percent) and reads the loop's counters: the hit rate (rounds whose drafts were ready in the
 cache, over every round but each row's first, which has no cache yet), the draft acceptance
-rate and tokens per round. Four questions, four tables:
+rate (accepted / drafted), the per-draft acceptance probability α̂ of lesson 08's i.i.d. model
+(measure/bench.py `iid_acceptance`: accepted / (accepted + rejections); the rate understates
+it, since the drafts after a rejection are never judged) and tokens per round. Four questions:
 
-1. hit rate against the uniform fan-out F = 1..4, and r fitted to the miss model
-   1 − p_hit(F) = c·F^(−r) (least squares on log miss against log F);
-2. geometric against uniform fan-out at equal budgets (the geometric one uses the acceptance
-   rate and r just measured);
+1. hit rate against the uniform fan-out F = 1..4, and β fitted to the miss model
+   1 − p_hit(F) = m·F^(−β) (least squares on log miss against log F);
+2. geometric against uniform fan-out at equal budgets (the geometric one uses the α̂ and β
+   just measured);
 3. Saguaro's C against hit rate and acceptance (F = 2, T = 1);
-4. the acceptance rate a and r that `ssd_fanout.SHIPPED_A_R` records.
+4. the α̂ (of the F = 1 run) and β that `ssd.fanout.SHIPPED_ALPHA_BETA` records, printed
+   after table 1.
 
 These are counts, not times: no clock is read, so the numbers are the same on any machine.
 What this leaves out: time (measure/ssd_timeline.py), other workloads and γ.
@@ -33,6 +36,7 @@ from nanospec.cache import capacity
 from nanospec.decode import Bundle, make_loop
 from nanospec.fileio import atomic_write
 from nanospec.generate import pad_prompts
+from nanospec.measure.bench import iid_acceptance
 from nanospec.measure.tables import table
 from nanospec.measure.workloads import workload_prompts
 from nanospec.sampling import SamplingParams
@@ -45,7 +49,8 @@ TEMPERATURES = (0.0, 1.0)
 
 def measure(bundle, ids, options: SSDOptions, temperature: float, tokens: int, seed: int = 0):
     """One fused SSD run over every prompt: {hit_rate (and its standard error, rounds taken
-    as independent), acceptance_rate, tokens_per_round}."""
+    as independent), acceptance_rate (accepted / drafted), alpha (the i.i.d. model's α̂,
+    bench.iid_acceptance), tokens_per_round}."""
     cfg, _, params = bundle.models["target"]
     padded, lengths = pad_prompts(ids, cfg.n_ctx)
     loop, dparams = make_loop(bundle, "ssd", GAMMA, ssd=options)
@@ -72,14 +77,15 @@ def measure(bundle, ids, options: SSDOptions, temperature: float, tokens: int, s
         "hit_rate": hit,
         "hit_rate_se": float(np.sqrt(hit * (1 - hit) / (rounds - len(ids)))),
         "acceptance_rate": m["acceptance_rate"],
+        "alpha": iid_acceptance(hist),
         "tokens_per_round": m["tokens_per_target_call"],
     }
 
 
-def fit_r(fanouts: list[int], hit_rates: list[float]) -> float:
-    """r of the miss model 1 − p_hit = c·F^(−r), by least squares on the logs.
+def fit_beta(fanouts: list[int], hit_rates: list[float]) -> float:
+    """β of the miss model 1 − p_hit = m·F^(−β), by least squares on the logs.
 
-    >>> round(fit_r([1, 2, 4], [0.5, 0.75, 0.875]), 3)
+    >>> round(fit_beta([1, 2, 4], [0.5, 0.75, 0.875]), 3)
     1.0
     """
     miss = np.maximum(1 - np.asarray(hit_rates), 1e-9)
@@ -118,8 +124,9 @@ def main(argv=None) -> dict:
     }
 
     uniform = {t: [run(SSDOptions(str(f)), t) for f in (1, 2, 3, 4)] for t in TEMPERATURES}
-    r = {t: fit_r([1, 2, 3, 4], [x["hit_rate"] for x in uniform[t]]) for t in TEMPERATURES}
-    a = {t: uniform[t][0]["acceptance_rate"] for t in TEMPERATURES}
+    beta = {t: fit_beta([1, 2, 3, 4], [x["hit_rate"] for x in uniform[t]]) for t in TEMPERATURES}
+    rate = {t: uniform[t][0]["acceptance_rate"] for t in TEMPERATURES}
+    alpha = {t: uniform[t][0]["alpha"] for t in TEMPERATURES}  # what the geometric fan-out reads
     table(
         f"1. hit rate (± 2 s.e.) against the uniform fan-out (γ = {GAMMA}: (γ+1)·F branches)",
         ["F", "branches"] + [f"hit rate T = {t:g}" for t in TEMPERATURES],
@@ -129,16 +136,19 @@ def main(argv=None) -> dict:
         ],
     )
     console.print(
-        "fitted miss model 1 − p_hit = c·F^(−r): "
-        + ", ".join(f"r = {r[t]:.2f} at T = {t:g}" for t in TEMPERATURES)
-        + "; acceptance rate "
-        + ", ".join(f"{a[t]:.3f} at T = {t:g}" for t in TEMPERATURES)
+        "fitted miss model 1 − p_hit = m·F^(−β): "
+        + ", ".join(f"β = {beta[t]:.2f} at T = {t:g}" for t in TEMPERATURES)
+        + "; F = 1: α̂ (i.i.d. model) "
+        + ", ".join(f"{alpha[t]:.3f} at T = {t:g}" for t in TEMPERATURES)
+        + " (acceptance rate "
+        + ", ".join(f"{rate[t]:.3f}" for t in TEMPERATURES)
+        + ")"
     )
 
     rows, geometric = [], []
     for budget in (5, 10, 15):
         for t in TEMPERATURES:
-            f = geometric_fanout(budget, a[t], r[t], GAMMA)
+            f = geometric_fanout(budget, alpha[t], beta[t], GAMMA)
             g = run(SSDOptions(",".join(map(str, f))), t)
             u = uniform[t][budget // 5 - 1]
             geometric.append(g)
@@ -161,8 +171,9 @@ def main(argv=None) -> dict:
 
     report.update(
         uniform={f"T{t:g}": uniform[t] for t in TEMPERATURES},
-        fitted_r={f"T{t:g}": r[t] for t in TEMPERATURES},
-        acceptance_rate={f"T{t:g}": a[t] for t in TEMPERATURES},
+        fitted_beta={f"T{t:g}": beta[t] for t in TEMPERATURES},
+        acceptance_rate={f"T{t:g}": rate[t] for t in TEMPERATURES},
+        alpha={f"T{t:g}": alpha[t] for t in TEMPERATURES},
         geometric=geometric,
         saguaro=saguaro,
     )

@@ -84,9 +84,10 @@ def test_changing_temperature_reruns_without_recompiling_but_gamma_recompiles(bu
             await finished(pilot, app)
             assert app.settings.temperature == 1.0 and compiled_programs() == before
             await pilot.press("2")  # γ is static: a new γ compiles new programs
-            assert app.settings.gamma == 2 and app.recorder.compiling
-            await finished(pilot, app)
+            assert app.settings.gamma == 2
+            await finished(pilot, app)  # (a quick compile can end before a check could see it)
             assert compiled_programs()[1:] == (before[1] + 1, before[2] + 1)
+            assert app.recording.compile_ms > 0
             assert all(r.gamma == 2 for r in app.rounds)
 
     run(go())

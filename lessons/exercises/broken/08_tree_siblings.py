@@ -1,7 +1,12 @@
 """Exercise 8, broken on purpose (the test suite checks that the checker names the mistake).
 
 The mistake: every sibling is tested against the target's p, never against the residual r
-left by the rejected siblings before it — so the first siblings' tokens come out too often.
+left by the rejected siblings before it (r is still updated, and the final draw uses it). The
+first sibling is tested right, against r = p; the later ones are not. In the checker's first
+case, p = [.5 .3 .2] with point masses on 0 then 1, the second sibling's token 1 is accepted
+with p(1) = .3 instead of r(1) = .6, so it comes out .5 · .3 = .15 instead of .3: too rarely;
+and the final draw from r = [0 0 1] comes out .5 · .7 = .35 instead of .2: too often. (The
+checker sees [.50 .15 .34] over its 10,000 draws.)
 """
 
 import numpy as np
