@@ -26,8 +26,10 @@ demo: $(VENV)/.installed
 	$(BIN)/nanospec demo
 
 # Every test, the large-N statistical runs included (this is what CI runs), less the repeated
-# cases of sweeps (`make test-all` below), on up to four worker processes (pytest-xdist; on
-# 2 cores, two). `--dist worksteal`: a worker that runs out takes half of the other's queue,
+# cases of sweeps (`make test-all` below), on one worker process more than the machine has
+# cores, at most four (pytest-xdist; on 2 cores, three): while one waits on a subprocess (a
+# server, a lesson's kernel, a CLI), another runs — a warm run here took 11:28 with three,
+# 12:03 with two. `--dist worksteal`: a worker that runs out takes half of another's queue,
 # where the default hands each worker its first 150 tests up front and one could end with
 # minutes of them while the other sat idle (docs/results.md).
 # Every process of the run shares one compilation cache, runs/test-xla/<versions' key>
@@ -37,10 +39,12 @@ demo: $(VENV)/.installed
 # compiling, and the run's compiling in all.
 # ruff first, in a second: the code is as `ruff format` writes it, and passes pyproject.toml's
 # rules (imports sorted and used, no syntax slips).
+WORKERS = $(shell $(BIN)/python -c 'import os; print(min(4, (os.cpu_count() or 1) + 1))')
+
 test: $(VENV)/.installed
 	$(BIN)/python -m ruff format --check .
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m pytest -m "not repeat" -q -n auto --maxprocesses 4 --dist worksteal --durations=25
+	$(BIN)/python -m pytest -m "not repeat" -q -n $(WORKERS) --dist worksteal --durations=25
 
 # Everything `make test` runs, and the sweeps' repeated cases besides (the `repeat` marker: the
 # other γ of a greedy sweep, the other tree shapes): docs/design.md lists each and why it is a
@@ -48,7 +52,7 @@ test: $(VENV)/.installed
 test-all: $(VENV)/.installed
 	$(BIN)/python -m ruff format --check .
 	$(BIN)/python -m ruff check .
-	$(BIN)/python -m pytest -m "repeat or not repeat" -q -n auto --maxprocesses 4 --dist worksteal --durations=25
+	$(BIN)/python -m pytest -m "repeat or not repeat" -q -n $(WORKERS) --dist worksteal --durations=25
 
 # The fast layer only, for the edit-test loop.
 test-fast: $(VENV)/.installed

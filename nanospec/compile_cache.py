@@ -10,8 +10,12 @@ instead of compiling. `enable()` turns that on for every nanospec command:
     NANOSPEC_COMPILE_CACHE=off       no disk cache: compile afresh every time
 
 JAX locks the folder while it reads or writes an entry (the size limit below turns that on), so
-processes that share one — the test suite's workers, a server and a command beside it — never
-read a half-written program; past 4 GiB the least recently used entries are dropped.
+processes that share one — a server and a command beside it — never read a half-written
+program; past 4 GiB the least recently used entries are dropped. JAX_COMPILATION_CACHE_MAX_SIZE,
+when set, wins: the test suite sets -1 (no limit, no lock), because JAX looks at every entry
+of the folder (a stat and a read each) on every write it makes under a limit, which in a cold
+suite's thousands of programs cost more than the compiling (tests/conftest.py); a reader that
+finds a half-written entry gets JAX's warning and compiles the program itself.
 
 It must run before JAX compiles anything. It sets JAX's own environment variables, so a command
 that never imports JAX (replaying a trace) still never imports it; if JAX is already loaded
@@ -76,6 +80,9 @@ def enable() -> Path | None:
     """Point JAX's compilation cache at `cache_dir()` (nothing when it is off); returns it."""
     folder = cache_dir()
     options = {**OPTIONS, "jax_compilation_cache_dir": str(folder)} if folder else {}
+    limit = os.environ.get("JAX_COMPILATION_CACHE_MAX_SIZE")
+    if options and limit:
+        options["jax_compilation_cache_max_size"] = int(limit)
     for name, value in options.items():
         os.environ[name.upper()] = str(value)
     if "jax" in sys.modules:

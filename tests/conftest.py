@@ -11,12 +11,16 @@ from pathlib import Path
 # speculative loop then compiles in 0.27-0.42 of the CPU seconds and runs 1.4-2.3 times as long
 # (`python -m nanospec.measure.quick_compile`, docs/results.md). Most tests compile more than they
 # run, so the suite takes this trade; XLA is given the same program either way. Tests whose time is
-# in their rows (the large-N law tests, the shipped models' fact test) are marked `optimized` and
+# in their rows (the large-N law tests, the longest 20,000-row smoke and power tests, the shipped
+# models' fact test) are marked `optimized` and
 # compile as every command does, and the lessons' kernels get the settings the suite was started
 # with (their timings are claims). Set before JAX is imported, so that every CLI and server process
 # the tests start inherits them.
 AS_GIVEN = {name: os.environ.get(name) for name in ("XLA_FLAGS", "JAX_DISABLE_MOST_OPTIMIZATIONS")}
 QUICK_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false"
+# One thread per program's run: two workers share the 2 cores, and XLA's thread pool per worker
+# only made them take turns (a 100,000-row law test, two at once: 7% faster without it).
+QUICK_XLA_FLAGS += " --xla_cpu_multi_thread_eigen=false"
 os.environ["XLA_FLAGS"] = f"{AS_GIVEN['XLA_FLAGS'] or ''} {QUICK_XLA_FLAGS}".strip()
 os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
 
@@ -54,6 +58,11 @@ def suite_cache() -> Path:
 os.environ["NANOSPEC_COMPILE_CACHE"] = os.environ.get(
     "NANOSPEC_TEST_COMPILE_CACHE", str(suite_cache())
 )
+# No size limit on the run's cache (JAX's default), so no lock: under a limit JAX stats and reads
+# a file per entry of the folder on every program it writes, which in a cold run's 4,000 programs
+# is quadratic (1,200 small programs written: 46 s with the limit, 17 s without). The folder is
+# the run's own; a reader that catches an entry half-written is warned and compiles it again.
+os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = "-1"
 if "PYTEST_XDIST_WORKER" not in os.environ and compile_cache.LOG_ENV not in os.environ:
     os.environ[compile_cache.LOG_ENV] = str(
         REPO / "runs" / "test-compile-log" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -68,9 +77,15 @@ TINY_TEXT = [
 
 
 def pytest_collection_modifyitems(config, items):
-    """The slow tests first (stable: file order within each group), so that the workers of
-    `make test` (pytest-xdist) finish on short tests instead of one waiting out a long one."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The slow tests first, the lesson notebooks (the longest, 10-45 s each) first among them
+    (stable: file order within each group), so that the workers of `make test` (pytest-xdist)
+    finish on short tests instead of one waiting out a long one."""
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("slow") is None,
+            not item.nodeid.startswith("tests/test_lessons.py::"),
+        )
+    )
 
 
 # Past this many memory mappings after a module, JAX's and aot.py's compiled programs are

@@ -46,13 +46,31 @@ def generate(ckpt, env) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
 
 
+def limit_seen_by_jax(env) -> str:
+    code = "from nanospec import compile_cache; compile_cache.enable(); import jax; "
+    code += "print(jax.config.jax_compilation_cache_max_size)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_users_cache_is_limited_and_locked_unless_jaxs_own_variable_says_otherwise(tmp_path):
+    env = {**os.environ, "NANOSPEC_COMPILE_CACHE": str(tmp_path)}
+    env.pop("JAX_COMPILATION_CACHE_MAX_SIZE", None)
+    assert limit_seen_by_jax(env) == str(4 << 30)
+    assert limit_seen_by_jax({**env, "JAX_COMPILATION_CACHE_MAX_SIZE": "-1"}) == "-1"
+    assert os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] == "-1"  # this suite's (conftest.py)
+
+
 def test_a_repeated_command_loads_every_program_from_the_cache(tiny_ckpt_dir, tmp_path):
     cache = tmp_path / "xla"
     env = {**os.environ, "NANOSPEC_COMPILE_CACHE": str(cache)}
+    env.pop("JAX_COMPILATION_CACHE_MAX_SIZE", None)  # as a user runs it: limited, locked
     first = generate(tiny_ckpt_dir, env)
     assert first.returncode == 0, first.stderr
     written = sorted(p.name for p in cache.iterdir())
     assert written  # the first command compiled, and kept what it compiled
+    assert any(name.endswith("-atime") for name in written)  # JAX's LRU bookkeeping: limited
     second = generate(tiny_ckpt_dir, env)
     assert second.returncode == 0, second.stderr
     assert sorted(p.name for p in cache.iterdir()) == written  # all found: nothing compiled anew

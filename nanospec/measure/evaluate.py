@@ -67,24 +67,35 @@ def fact_probes() -> dict[str, list[tuple[str, str]]]:
     }
 
 
+# Probes a batch. A row's KV cache holds the whole context (4.7 MB for the shipped target), and
+# smaller batches stay in the CPU's caches: the shipped target's 1,298 fact probes took 8.9 s in
+# one batch per kind of fact, 6.0 s in batches of 32, the same answers (2-core CPU, warm). And
+# every kind of fact runs the one program.
+ROWS = 32
+
+
 def fact_accuracy(
     tok, cfg, graphdef, params, probes: list[tuple[str, str]]
 ) -> tuple[float, list[str]]:
     """Fraction of probes the model completes greedily with the right answer; and the misses."""
     ids = [tok.encode_prompt(p) for p, _ in probes]
     longest_answer = max(len(tok.encode(a)) for _, a in probes)
-    tokens, lengths = pad_prompts(ids, cfg.n_ctx)
-    outs, _ = generate(
-        graphdef,
-        params,
-        cfg,
-        tokens,
-        lengths,
-        jax.random.key(0),
-        GREEDY,
-        longest_answer + 1,
-        tok.eos_id,
-    )
+    outs = []
+    for start in range(0, len(ids), ROWS):
+        rows = ids[start : start + ROWS]
+        tokens, lengths = pad_prompts(rows + [rows[0]] * (ROWS - len(rows)), cfg.n_ctx)
+        done, _ = generate(
+            graphdef,
+            params,
+            cfg,
+            tokens,
+            lengths,
+            jax.random.key(0),
+            GREEDY,
+            longest_answer + 1,
+            tok.eos_id,
+        )
+        outs += done[: len(rows)]
     misses = [
         f"{p} -> {tok.decode(o)!r} (want {a!r})"
         for (p, a), o in zip(probes, outs)

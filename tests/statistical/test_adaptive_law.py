@@ -2,7 +2,7 @@
 steps in between, and the draft cache rebuilt on resume leave the law exact.
 
 Same machinery as test_joint_law.py (tiny V = 5 transformers, the exact 4-token law by
-enumeration, the rows of one batch as independent runs, Pearson chi-square with cells of
+enumeration, the rows of its batches as independent runs, Pearson chi-square with cells of
 expected count < 5 pooled). The rows here are the serving engine's: each has its own key,
 round counter and sampling settings (sampling.row_keys, sampling.sampling_probs per row), and
 they all take the step's γ from a fixed schedule that mixes γ = 3, 2, 1 and plain steps
@@ -45,9 +45,7 @@ def pair():
 
 
 def pvalue(pair, setting, n, seed) -> float:
-    seqs = run_engine_rows(
-        pair, SamplingParams.make(*setting).per_row(n), n, M, GAMMA, SCHEDULE, seed
-    )
+    seqs = run_engine_rows(pair, SamplingParams.make(*setting), n, M, GAMMA, SCHEDULE, seed)
     assert {len(s) for s in seqs} == {M}
     return chi_square_pvalue(
         encode(seqs), exact_law(pair[0], PROMPT, M, SamplingParams.make(*setting))
@@ -55,11 +53,13 @@ def pvalue(pair, setting, n, seed) -> float:
 
 
 @pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.optimized
 def test_adaptive_gamma_keeps_the_law(pair, cell):
     p = pvalue(pair, CELLS[cell], N, seed=11)
     assert p > THRESHOLD, f"{cell}: p-value {p:.3g}"
 
 
+@pytest.mark.optimized
 def test_power_a_plain_step_that_forgets_the_sampling_settings_is_caught(pair, break_with):
     break_with(
         adaptive, "sampling_probs", lambda logits, sp, made=None: jax.nn.softmax(logits, axis=-1)

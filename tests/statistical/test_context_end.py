@@ -65,6 +65,7 @@ def _check(pair, drafter, dparams, gamma, n, seed, sp=SamplingParams.make(1.0), 
     assert pvalue > THRESHOLD, f"p-value {pvalue:.3g}"
 
 
+@pytest.mark.optimized
 def test_smoke_context_end_law_at_20k(pair):
     """N = 20,000, the draft model with γ = 5 (only the first round fits a full block)."""
     _check(pair, DraftModel(pair[1][1], pair[1][0]), pair[1][2], gamma=5, n=20_000, seed=300)

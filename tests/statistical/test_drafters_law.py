@@ -1,7 +1,7 @@
 """Layers 2 and 3 for every other drafter: prompt lookup, Medusa, EAGLE and MTP heads.
 
 The same machinery as test_joint_law.py and test_power.py (tiny V = 5 transformers, exact
-4-token law by enumeration, N runs of the real fused loop as the rows of one batch, Pearson
+4-token law by enumeration, N runs of the real fused loop as the rows of its batches, Pearson
 chi-square with cells of expected count < 5 pooled) — only the drafter changes. The heads
 have random weights (`laws.tiny_drafters`): exactness must hold whatever the drafter proposes,
 and prompt lookup proposes point masses (q one-hot), the verify rule's other regime.
@@ -68,6 +68,7 @@ def pvalues(setup, name, sp, gamma, n, seed, prompts=(PROMPT,)):
 
 
 @pytest.mark.parametrize("name", DRAFTERS)
+@pytest.mark.optimized
 def test_smoke_law_at_20k(setup, name):
     """N = 20,000, γ = 3, T = 1, two prompts of different lengths in one batch."""
     for pvalue in pvalues(
@@ -138,6 +139,7 @@ ROUTES = [("ngram", "residual_replaced_by_p"), ("ngram", "rollback_off_by_one")]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,broken", ROUTES, ids=[f"{n}-{b}" for n, b in ROUTES])
+@pytest.mark.optimized
 def test_power_through_each_drafter(setup, break_with, name, broken):
     break_with(*BROKEN[broken])
     (pvalue,) = pvalues(setup, name, SamplingParams.make(1.0), 3, N_POWER, seed=3)

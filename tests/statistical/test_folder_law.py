@@ -65,6 +65,7 @@ def check(folder_pair, sp, gamma, n, seed):
     assert pvalue > THRESHOLD, f"p-value {pvalue:.3g}"
 
 
+@pytest.mark.optimized
 def test_smoke_folder_law_at_20k(folder_pair):
     check(folder_pair, SamplingParams.make(1.0), gamma=3, n=20_000, seed=300)
 

@@ -4,7 +4,7 @@ Tiny random transformers (vocabulary 5, `laws.tiny_pair`) make every 4-token con
 enumerable (625 sequences); the exact target law is the chain rule over full-recompute logits
 through the same `sampling_probs`. The real speculative loop (`Speculator.run`, the
 while_loop driver: draft-model drafter, both KV caches, rollback, catch-up, bonus, truncation
-at max_new) runs N times as the rows of one batch, and a Pearson chi-square test (cells with
+at max_new) runs N times as the rows of batches of 1,000, and a Pearson chi-square test (cells with
 expected count < 5 pooled) compares the histogram with the exact law.
 
 Each test: N = 100,000 (slow marker; the default run has a 20,000-row smoke test), threshold
@@ -62,6 +62,7 @@ def _check_law(pair, sp, gamma, n, seed, prompts=(PROMPT,)):
         assert pvalue > THRESHOLD, f"prompt {prompt}: p-value {pvalue:.3g}"
 
 
+@pytest.mark.optimized
 def test_smoke_draft_model_law_at_20k(pair):
     """N = 20,000, γ = 3, T = 1: the fast layer's version of the tests below."""
     _check_law(pair, SamplingParams.make(1.0), gamma=3, n=20_000, seed=100)

@@ -10,7 +10,7 @@ verify rule needs only the law a draft came from), so held drafts are proposed a
 rejected every time.
 
 Same machinery as test_joint_law.py (tiny V = 5 transformers, the exact 4-token law by
-enumeration, N runs as the rows of one batch, Pearson chi-square with cells of expected count
+enumeration, N runs as the rows of its batches, Pearson chi-square with cells of expected count
 < 5 pooled). min_new = 2 of M = 4 tokens, so a γ = 3 round covers held and free positions at
 once; the held tokens are the target's two likeliest first tokens (asserted: they carry most of
 the unheld law's mass there), so the hold changes the law a lot.
@@ -119,7 +119,6 @@ def shared_pvalue(pair, held, name, seed) -> float:
         sp,
         GAMMA,
         seed,
-        chunk=N // 2,
         loop=loop,
     )
     seqs = out[tuple(PROMPT)]
@@ -129,20 +128,22 @@ def shared_pvalue(pair, held, name, seed) -> float:
 
 
 @pytest.mark.parametrize("name", ["ar", "chain", "tree", "ssd"])
+@pytest.mark.optimized
 def test_min_tokens_keeps_the_law(pair, held, name):
     p = shared_pvalue(pair, held, name, seed=21)
     assert p > THRESHOLD, f"{name}: p-value {p:.3g}"
 
 
+@pytest.mark.optimized
 def test_min_tokens_keeps_the_law_in_the_engines_rows(pair, held):
     """Settings per row (the engine's SamplingParams), each step at SCHEDULE's γ."""
-    sp = hold_params(ROWS, held).per_row(N)
-    seqs = run_engine_rows(pair, sp, N, M, GAMMA, SCHEDULE, seed=5)
+    seqs = run_engine_rows(pair, hold_params(ROWS, held), N, M, GAMMA, SCHEDULE, seed=5)
     law = exact_law(pair[0], PROMPT, M, SamplingParams.make(*ROWS), held, MIN_NEW)
     pvalue = chi_square_pvalue(encode(seqs), law)
     assert pvalue > THRESHOLD, f"p-value {pvalue:.3g}"
 
 
+@pytest.mark.optimized
 def test_power_a_round_that_holds_from_its_start_is_caught(pair, held, break_with):
     def from_start(logits, sp, made=None):  # every position counted as the round's first
         return sampling_probs(logits, sp, None if made is None else made[..., :1])

@@ -96,6 +96,7 @@ def _joint_pvalue(pair, n, seed):
     return chi_square_pvalue(encode(out[tuple(PROMPT)]), exact_law(target, PROMPT, M, SP))
 
 
+@pytest.mark.optimized
 def test_the_fast_layer_can_fail_too(pair, break_with):
     """N = 20,000 (the default run's smoke size) already rejects a residual taken from p."""
     break_with(*BROKEN["residual_replaced_by_p"])
@@ -104,6 +105,7 @@ def test_the_fast_layer_can_fail_too(pair, break_with):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in BROKEN if n != "bonus_dropped"])
+@pytest.mark.optimized
 def test_joint_law_test_rejects_a_broken_sampler(pair, break_with, name):
     break_with(*BROKEN[name])
     pvalue = _joint_pvalue(pair, N, seed=3)
@@ -111,6 +113,7 @@ def test_joint_law_test_rejects_a_broken_sampler(pair, break_with, name):
 
 
 @pytest.mark.slow
+@pytest.mark.optimized
 def test_dropping_the_bonus_keeps_the_law_but_the_round_law_catches_it(pair, break_with):
     break_with(*BROKEN["bonus_dropped"])
     assert _joint_pvalue(pair, N, seed=3) > THRESHOLD  # the text's law is still exact...

@@ -1,7 +1,7 @@
 """Layers 2 and 3 for speculative speculative decoding (ssd/loop.py): the law stays exact.
 
 Same machinery as test_joint_law.py (tiny V = 5 transformers, the exact 4-token law by
-enumeration, N runs of the fused loop as the rows of one batch, Pearson chi-square with cells of
+enumeration, N runs of the fused loop as the rows of its batches, Pearson chi-square with cells of
 expected count < 5 pooled). SSD changes where drafts come from — a speculation cache built
 while the previous round was verified, or a backup on a miss — and Saguaro sampling changes the
 law they are drawn from; the verify rule must be told that law, and nothing else may change.
@@ -58,7 +58,6 @@ N_POWER = 10_000
 THRESHOLD = 1e-4
 POWER = 1e-12
 M, GAMMA = 4, 3
-CHUNK = 25_000  # rows per batch: every branch copies the draft's cache (ΣF copies)
 CELLS = {  # name: (fan-out, C, backup, (temperature, top_k, top_p))
     "geometric6-C0.5-fast-T1": (geometric_fanout(6, 0.6, 0.5, GAMMA), 0.5, "fast", (1.0, 0, 1.0)),
     "uniform2-C0.7-neural-T0.7-topk3-topp0.9": (
@@ -92,9 +91,7 @@ def ssd_loop(pair, fanout, c, backup):
 def pvalues(pair, loop, sp, n, seed, prompts=(PROMPT,)):
     target, draft = pair
     rows = [list(prompts[i % len(prompts)]) for i in range(n)]
-    out = run_speculative(
-        target, loop.drafter, draft[2], rows, M, sp, GAMMA, seed, chunk=CHUNK, loop=loop
-    )
+    out = run_speculative(target, loop.drafter, draft[2], rows, M, sp, GAMMA, seed, loop=loop)
     return [
         chi_square_pvalue(encode(out[tuple(p)]), exact_law(target, list(p), M, sp)) for p in prompts
     ]
@@ -112,6 +109,7 @@ def round_by_round(pair, loop, sp, n, seed, max_new=M):
     return np.array(hit), np.array(acc), np.array(live)
 
 
+@pytest.mark.optimized
 def test_smoke_ssd_law_at_20k(pair):
     """N = 20,000: uniform fan-out 1, C = 1, the neural backup, two prompts in one batch."""
     loop = ssd_loop(pair, uniform_fanout(1, GAMMA), 1.0, "neural")
@@ -174,6 +172,7 @@ BROKEN = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("broken", BROKEN)
+@pytest.mark.optimized
 def test_ssd_power(pair, break_with, broken):
     broken_part, c = BROKEN[broken]
     loop = ssd_loop(pair, uniform_fanout(1, GAMMA), c, "neural")
@@ -186,6 +185,7 @@ def test_ssd_power(pair, break_with, broken):
 
 
 @pytest.mark.slow
+@pytest.mark.optimized
 def test_a_cache_looked_up_by_k_alone_is_exact_but_accepts_less(pair, break_with):
     sp, loop = SamplingParams.make(1.0), ssd_loop(pair, uniform_fanout(1, GAMMA), 1.0, "neural")
     hit, acc, live = round_by_round(pair, loop, sp, 2_000, seed=5, max_new=12)

@@ -70,6 +70,7 @@ def pvalues(setup, name, regime, n, seed, prompts=(PROMPT,)):
     ]
 
 
+@pytest.mark.optimized
 def test_smoke_tree_law_at_20k(setup):
     """N = 20,000: the draft model's SpecInfer tree, two prompts of different lengths."""
     for pvalue in pvalues(
@@ -107,6 +108,7 @@ BROKEN = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("broken", BROKEN)
+@pytest.mark.optimized
 def test_tree_power(setup, break_with, broken):
     break_with(*BROKEN[broken])
     (pvalue,) = pvalues(setup, "draft", "sample-T1-2x2", N_POWER, seed=3)
