@@ -36,7 +36,7 @@ cfg = target[0]
 weight_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(target[2]))
 console.print(
     f"target: {cfg.n_layer} layers, width {cfg.d_model}, context {cfg.n_ctx} tokens, "
-    f"{weight_bytes / 1e6:.0f} MB of float32 weights"
+    f"{weight_bytes / 1e6:.0f} MB of weights in memory (float32; shipped as float16)"
 )
 
 # %% [markdown]
@@ -172,7 +172,8 @@ table(
     ],
 )
 console.print(
-    f"the fixed part costs as much as the arithmetic of {(1 - arithmetic) / arithmetic:.0f} tokens"
+    f"the fixed part costs as much as the arithmetic of {(1 - arithmetic) / arithmetic:.0f} "
+    "tokens: a pass carrying more than that many is compute-bound"
 )
 slot = 2 * 2 * cfg.d_model * cfg.n_layer  # model.py's two attention einsums: flops a slot
 more = (cfg.n_ctx - 80) * slot  # the slots a 256-slot cache has beyond 80
@@ -182,13 +183,22 @@ console.print(
     f"{cfg.n_ctx - 80} beyond 80 are {more / 1e6:.2f} MFLOP, {more / flops:.0%} of it: at the "
     f"rate of the pass's arithmetic, {arithmetic * more / (flops + cfg.n_ctx * slot):.1%} of a pass"
 )
+cache_bytes = (cfg.n_ctx - 80) * cfg.n_layer * 2 * cfg.d_model * 4  # K and V, float32
+per_s = lambda nbytes, x: nbytes / (x * ms[1] / 1e3) / 1e9  # GB/s, ms[1] in ms
+console.print(
+    f"the {cfg.n_ctx - 80} slots beyond 80 hold {cache_bytes / 1e6:.2f} MB of K and V: "
+    f"{per_s(cache_bytes, share['· a 256-slot cache, not 80']):.1f} GB/s of buffer, against "
+    f"{per_s(weight_bytes, share[f'· streaming the {weight_bytes / 1e6:.0f} MB of weights']):.0f}"
+    " GB/s streaming the weights (this run)"
+)
 
 # %% [markdown]
-# Read the table from the bottom. Starting every operation of the pass costs a few percent of
-# it: per-call overhead is not what a wide pass saves here. Streaming the weights is a large
-# share: the bare product does several times fewer GFLOP/s than the same CPU does on the wide
-# pass's arithmetic, so it waits for memory, not for arithmetic. The KV cache is most of the
-# rest: a pass works over the cache's whole buffer, so 256 slots cost more than 80 however few
+# Read the table from the bottom; what follows is what the runs this lesson was written on
+# showed (their ranges close this paragraph), so check it against yours. Starting every
+# operation of the pass cost a few percent of it: per-call overhead is not what a wide pass
+# saves here. Streaming the weights was a large share: the bare product did several times
+# fewer GFLOP/s than the same CPU did on the wide pass's arithmetic, so it waits for memory,
+# not for arithmetic. The KV cache was much of the rest: a pass works over the cache's whole buffer, so 256 slots cost more than 80 however few
 # are filled. That is neither arithmetic nor the cost of starting operations. Not arithmetic:
 # model.py's two attention einsums (the scores, then the weighted values) each do a multiply
 # and an add per slot for each of a key's or value's 384 numbers, in each of the 6 layers:
@@ -197,8 +207,8 @@ console.print(
 # does its arithmetic a percent of a pass or less (printed under the table), against the
 # tens of percent the table measures. Not starting operations: the width-48 model, whose
 # buffers have an eighth of the bytes, costs almost nothing. It is work that grows with the
-# buffers' bytes, and far dearer per byte than streaming the weights, so the pass does more
-# with the buffers than read them once. Each part is measured on its own, so they need not
+# buffers' bytes, and far dearer per byte than streaming the weights (the line under the
+# table prints both rates), so the pass does more with the buffers than read them once. Each part is measured on its own, so they need not
 # add up, and on a busy machine one can come out far off, even above the whole pass, when
 # other programs slow it more than the pass timed beside it: run the lesson again. In eleven
 # runs on the 2-core machine this lesson was written on, busy with other jobs, the fixed part
@@ -209,6 +219,6 @@ console.print(
 # streamed and the work on the cache's buffers, paid once for all its tokens. It does not
 # save arithmetic: each extra token adds arithmetic that a wide pass does not share, so
 # r(γ+1) grows with γ (docs/design.md §6), and by 16 tokens that arithmetic costs more than
-# the fixed part. The pass is compute-bound (its arithmetic
-# outweighing the fixed part) only when it carries more tokens than the count printed under
-# the table (about 9 when this was written). On a GPU, design.md notes, r barely moves.
+# the fixed part. The pass is compute-bound (its arithmetic outweighing the fixed part) only
+# when it carries more tokens than the count printed under the part-by-part table (about 9
+# when this was written, 11 in a reader's run later). On a GPU, design.md notes, r barely moves.

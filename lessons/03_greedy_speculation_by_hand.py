@@ -3,7 +3,8 @@
 #
 # **You will see** the reference loop (`nanospec/reference.py`) run at temperature 0 with the
 # shipped draft model: it writes exactly the text that autoregressive greedy decoding writes,
-# in far fewer target passes.
+# in far fewer target passes (each round also runs γ draft steps; what the passes cost is
+# lessons 01 and 09's question).
 #
 # **It explains** `nanospec/reference.py`, the whole algorithm in one screen — read it beside
 # this lesson.
@@ -16,14 +17,16 @@
 # change — only the number of target passes.
 #
 # In float32 it can, at a near-tie. Autoregressive decoding scores one new token per pass; the
-# reference loop scores the whole sequence in each round's pass, the fast loop γ + 1 tokens.
+# reference loop scores the whole sequence in each round's pass, the fast loop the γ + 1 tokens
+# of its round (the token before the γ drafts, and the drafts).
 # Passes of different widths add the same numbers in different orders, so their logits can
 # differ in the last bits (about 1e-5 here), and where the target's top two logits are that
 # close the two loops can pick different tokens. tests/statistical/test_greedy_identity.py,
 # which holds the fast loop with every drafter to autoregressive decoding, allows exactly that
 # and no more: at the first token where the texts differ it recomputes the target's logits
 # over the text so far and fails unless the top two are within 1e-3; each near-tie it finds
-# is printed and raised as a warning, never hidden. The last cell here does the same.
+# is printed and raised as a warning, never hidden. The last cell here does the same check
+# and prints each near-tie.
 #
 # Notation: lessons/NOTATION.md (one meaning per symbol, course-wide).
 
@@ -88,7 +91,7 @@ hist = [int(x) for x in stats.hist[0]]
 rounds, fast = sum(hist), generated(state, lengths)[0]
 table(
     "rounds by drafts accepted (γ = 4)",
-    ["accepted", "rounds", "tokens each"],
+    ["accepted", "rounds", "tokens each (a last round may be cut short)"],
     [[k, n, k + 1] for k, n in enumerate(hist)],
 )
 console.print(
@@ -112,5 +115,5 @@ claim(
 claim(
     rounds + 1 < len(ar) / 2,
     f"it needed {rounds + 1} target passes for {len(fast)} tokens, "
-    f"fewer than half of autoregressive decoding's {len(ar)}",
+    f"fewer than half of autoregressive decoding's {len(ar)} (plus {GAMMA} draft steps a round)",
 )

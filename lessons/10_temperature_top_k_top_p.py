@@ -74,7 +74,7 @@ claim(np.allclose(worked(1.0, 2, 0.7), [1, 0, 0, 0]), "then top-p 0.7: [1 0 0 0]
 # ## (a) One context, four laws
 #
 # Temperature below 1 sharpens the law (and above 1 flattens it); top-k keeps the k likeliest
-# tokens; top-p keeps the likeliest tokens until their mass reaches p. Every column is
+# tokens; top-p keeps the likeliest tokens until their mass reaches p. Every cut column is
 # renormalised, so the kept tokens gain what the cut ones lose.
 
 # %%
@@ -116,9 +116,9 @@ figure("10_four_laws", draw)
 # %%
 p1, pp = laws["T = 1"], laws["top-p 0.8"]
 kept = np.sort(p1[pp > 0])  # the top-p set, smallest first
-claim(
+claim(  # true of any uneven logits: this checks that sampling_probs divides by T
     laws["T = 0.7"].max() > p1.max(),
-    f"T = 0.7 sharpens: the likeliest token goes from "
+    f"sampling_probs divides by T: at T = 0.7 the likeliest token goes from "
     f"{p1.max():.3f} to {laws['T = 0.7'].max():.3f}",
 )
 claim(int((laws["top-k 5"] > 0).sum()) == 5, "top-k 5 keeps exactly 5 tokens")
@@ -138,8 +138,8 @@ claim(
 # accepted, else round 2's) and a Pearson chi-square test against that law, cells expected
 # fewer than 5 times pooled. If speculation is exact, a p-value below 1e-4 happens for about
 # one seed in 10,000: this claim's false-failure probability. About, because the statistic
-# follows the chi-square law only approximately for large N, and 500 runs spread over the
-# continuations counted below is a moderate N.
+# follows the chi-square law only approximately, the better the larger N, and 500 runs spread
+# over the continuations counted below is a moderate N.
 # (tests/statistical/test_two_sample.py compares with autoregressive *samples* instead, at
 # T = 1, where the law is too wide to enumerate.)
 
@@ -242,27 +242,27 @@ table(
     rows,
 )
 
+# %% [markdown]
+# Three rows hold by construction: with q′ = q the formula above is p, whatever p and q are
+# (lesson 04's algebra), so they are printed. Section (b) is the one that tests the loop
+# itself; here what depends on the models is how far the lie moves the law, and how much
+# filtering buys. (That the lie is accepted more often holds by construction too: on every
+# kept token the cut q is at least the uncut one, so the honest ratio p/q is the smaller.)
+
 # %%
-claim(
-    off["as nanospec does"] < 1e-6,
-    "filtered draft, filtered target: the output law is the cut p "
-    f"(TV {off['as nanospec does']:.1e}, float32 rounding)",
+console.print(
+    "by construction (q′ = q): filtered draft and filtered target give the cut p (TV "
+    f"{off['as nanospec does']:.1e}, float32 rounding); an uncut target gives its uncut law "
+    f"(TV {tv(outs['target left uncut'], p_t):.1e}), the wrong law, off the cut p by TV "
+    f"{off['target left uncut']:.3f}; an uncut draft that reports its uncut law gives the cut "
+    f"p (TV {off['draft uncut, honest about it']:.1e}): the rule needs an honest q"
 )
 lie = "draft cut, rule told uncut q"
 claim(
-    off[lie] > 0.05 and acc[lie] > acc["as nanospec does"],
+    off[lie] > 0.05,
     "a draft that samples from its cut "
     f"law but reports the uncut one is off by TV {off[lie]:.3f}, and accepted too often "
     f"({acc[lie]:.2f} instead of {acc['as nanospec does']:.2f})",
-)
-claim(
-    tv(outs["target left uncut"], p_t) < 1e-6,
-    "an uncut target gives its uncut law exactly "
-    f"— the wrong law, off by TV {off['target left uncut']:.3f}",
-)
-claim(
-    off["draft uncut, honest about it"] < 1e-6,
-    "an uncut draft that reports its uncut law is still exact: the rule needs an honest q",
 )
 claim(
     acc["as nanospec does"] > acc["draft uncut, honest about it"],
@@ -277,7 +277,7 @@ claim(
 # Look at the last table. Exactness needs two things only: p must be the law you want (so the
 # target's logits go through the same `sampling_probs` as autoregressive decoding would), and q
 # must be the law each draft was drawn from. The dishonest draft is accepted *more* often than
-# the honest one: told the uncut q, the rule believes the draft was less sure of its kept tokens
+# the same draft reporting its cut law honestly: told the uncut q, the rule believes the draft was less sure of its kept tokens
 # than it was, and lets them through too easily. Filtering the draft like the target is not
 # needed for exactness, only for speed: compare the "accepted" column. nanospec does both with
 # one `SamplingParams`, traced, so changing any of the three settings never recompiles the loop.

@@ -56,19 +56,28 @@ claim(drafts.tolist() == [3, 1, 2, 3] and int(n) == 2, "lookup proposes c a b c 
 # ## On a real context
 #
 # `PromptLookup.matches` runs the same lookup on every row of a batch, with the drafter's own
-# settings (n-grams of 5 tokens down to 1). Here the students are copying a sentence.
+# settings (n-grams of 5 tokens down to 1). Here the students are copying a sentence whose
+# last words were on the board twice, with two different endings: the lookup must take the
+# earliest.
 
 # %%
 ngram, _ = bundle.drafter("ngram")
 CONTEXT = (
-    'The teacher wrote on the board: "The capital of Peru is Lima. Lima is its largest '
-    'city." The students copied it: "The capital of Peru is Lima.'
+    'The teacher wrote on the board: "The capital of Peru is Lima, on the coast." Then: '
+    '"The capital of Peru is not Cusco." The students copied the first: "The capital of Peru is'
 )
 ids = tok.encode_prompt(CONTEXT)
 drafts, matched = ngram.matches(jnp.asarray([ids]), jnp.asarray([len(ids)]), GAMMA)
 drafts, n = drafts[0].tolist(), int(matched[0])
-# By hand: the first place where the last n tokens occurred before.
-first = next(j for j in range(n - 1, len(ids) - 1) if ids[j - n + 1 : j + 1] == ids[-n:])
+
+
+def seen(k):
+    """By hand: where the last k tokens occurred before (ending by token L−2), first to last."""
+    return [j for j in range(k - 1, len(ids) - 1) if ids[j - k + 1 : j + 1] == ids[-k:]]
+
+
+longest = max(k for k in range(ngram.min_ngram, ngram.max_ngram + 1) if seen(k))
+first, *later = seen(n)
 show = lambda toks: " ".join(repr(tok.token_str(t)) for t in toks)
 table(
     "prompt lookup on the students' copy",
@@ -77,18 +86,25 @@ table(
         [f"the last {n} tokens", show(ids[-n:])],
         [f"first seen at tokens {first - n + 1}–{first}", show(ids[first - n + 1 : first + 1])],
         ["what followed them there", show(ids[first + 1 : first + 1 + GAMMA])],
+        *[
+            [f"seen again at {j - n + 1}–{j}, then", show(ids[j + 1 : j + 1 + GAMMA])]
+            for j in later
+        ],
         [f"the {GAMMA} drafts", show(drafts)],
     ],
 )
 claim(
-    drafts == ids[first + 1 : first + 1 + GAMMA],
-    f"the drafts are the {GAMMA} tokens that followed the earliest match of the last {n}",
+    n == longest and later and drafts == ids[first + 1 : first + 1 + GAMMA],
+    f"the lookup matched the longest suffix seen before ({n} tokens, of at most "
+    f"{ngram.max_ngram}), and its {GAMMA} drafts are what followed the earliest of its "
+    f"{1 + len(later)} earlier occurrences",
 )
 
 # %% [markdown]
 # ## When copying wins, and when it does not
 #
-# The loop, γ = 4, T = 0, 48 new tokens, on 4 prompts of each of the benchmark's workloads
+# The loop, γ = 4, T = 0, up to 48 new tokens (fewer where a row writes <|endoftext|>), on 4
+# prompts of each of the benchmark's workloads
 # (`measure/workloads.py`, cut from documents made for the benchmark with new seeds, from the
 # same generators and facts the training text used): *repetitive* (tables read back, drills,
 # quotes: the continuation is already in the prompt), *code* and *facts* (prose about

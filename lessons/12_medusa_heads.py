@@ -186,10 +186,12 @@ claim(
 )
 
 # %% [markdown]
-# Fewer than the table's tokens per round, mostly because the table weighs every start alike,
-# but the loop starts a round only where the last one ended. Where the text is easy one round
-# covers five tokens; where it is hard, one or two. So the loop's rounds dwell on the hard
-# stretches. (The rounds cut short at the end of a row cost a little more.)
+# Fewer than the table's tokens per round. The likely reason, which this lesson does not
+# measure: the table weighs every start alike, but the loop starts a round only where the
+# last one ended. Where the text is easy one round covers five tokens; where it is hard, one
+# or two. So the loop's rounds dwell on the hard stretches. Two smaller differences: the
+# rounds cut short at the end of a row, and the table counts only starts where all 4 drafts
+# fit in the text.
 #
 # ## What the heads cost
 #
@@ -224,15 +226,11 @@ table(
         for k, (c, shapes) in cost.items()
     ],
 )
-claim(
-    cost["medusa"][1] == [(1, cfg.d_model)],
-    f"between rounds the heads keep one target "
-    f"feature per row ({cfg.d_model} numbers): no cache, no pass of their own",
-)
-claim(
-    cost["medusa"][0]["extra_memory_mb"] < cost["draft"][0]["extra_memory_mb"],
-    f"the heads add {cost['medusa'][0]['extra_memory_mb']:.2f} MiB to the target, the draft "
-    f"model {cost['draft'][0]['extra_memory_mb']:.2f} MiB",
+console.print(  # fixed by the checkpoints and `LastFeature`'s design: printed, not claimed
+    f"by construction: between rounds the heads keep one target feature per row (state "
+    f"shapes {cost['medusa'][1]}): no cache, no pass of their own; they add "
+    f"{cost['medusa'][0]['extra_memory_mb']:.2f} MiB to the target, the draft model "
+    f"{cost['draft'][0]['extra_memory_mb']:.2f} MiB"
 )
 
 # %% [markdown]

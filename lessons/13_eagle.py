@@ -5,7 +5,7 @@
 # EAGLE and the Medusa heads asked for their drafts at every point of that text, side by side
 # in lesson 12's table — EAGLE accepts far more, at every position — and why: once reached
 # (the drafts before it accepted), each EAGLE draft is accepted about as often as its first,
-# and more often than any Medusa head is (Medusa's row is about as flat, only lower).
+# and more often than any Medusa head is (Medusa's row stays within a looser band, and lower).
 #
 # **It explains** `nanospec/heads/modules.py` (`EagleHead`), `nanospec/heads/drafters.py`
 # (`EagleDrafter`) and `eagle_loss` in `nanospec/training/heads.py`.
@@ -65,8 +65,8 @@ ids = [tok.encode_prompt(p) for p in workload_prompts("facts", 4) + workload_pro
 text, m = greedy_text(bundle, "eagle", ids, N, GAMMA)
 console.print(
     f"{m['generated_tokens']} tokens in {m['rounds']} rounds over the {len(ids)} rows, "
-    f"one target pass each for its row (the rows share batched passes; plus one over "
-    f"the prompt): {m['tokens_per_target_call']:.2f} per round"
+    f"one target pass each for its row (the rows share batched passes): "
+    f"{m['tokens_per_target_call']:.2f} tokens per round (the prompt's pass is not counted)"
 )
 
 off = text.off_greedy()  # [(row, token, top-2 gap)] wherever a token is not the argmax
@@ -99,7 +99,7 @@ claim(
 )
 
 # %% [markdown]
-# ## Why: every EAGLE draft is a one-step guess
+# ## One reason: every EAGLE draft is a one-step guess
 #
 # Divide each accepted share by the one before it: how often draft k is accepted once a round
 # reaches it, that is, once drafts 1..k−1 were accepted (lesson 08 measured the draft model so).
@@ -119,19 +119,21 @@ claim(
 )
 claim(
     np.abs(reached[0] - reached[0, 0]).max() < 0.1,
-    "Medusa's row, once reached, is about flat too (within 0.1 of its first), only lower: "
-    + ", ".join(f"{x:.2f}" for x in reached[0]),
+    "Medusa's row, once reached, stays within 0.1 of its first (twice EAGLE's band), "
+    "and lower: " + ", ".join(f"{x:.2f}" for x in reached[0]),
 )
 
 # %% [markdown]
 # EAGLE's first step reads the pair that carries the last committed token, and each later step
 # reads the draft before it: every draft is a guess of the very next token, the guess the
 # target itself makes. Medusa's head k never sees the last committed token nor any draft: it
-# guesses k+1 tokens past its feature, however right its neighbours were. Its row is about
-# flat too — a round that reaches head k is in text the heads before it found easy, which
-# likely makes up for guessing farther ahead (this lesson does not measure that) — but at a
-# lower level, and the levels compound: a draft's accepted share in the first table is the
-# product of the second table's row up to it. One round where the difference shows (× marks a
+# guesses k+1 tokens past its feature, however right its neighbours were. That difference fits
+# these numbers, but they do not isolate it: the heads also differ in size, in EAGLE's
+# attention over the history, and in how they were trained. Medusa's row stays in a band
+# too — a round that reaches head k is in text the heads before it found easy, which likely
+# makes up for guessing farther ahead (this lesson does not measure that) — but at a lower
+# level, and the levels compound: a draft's accepted share in the first table is, by
+# definition, the product of the second table's row up to it. One round where the difference shows (× marks a
 # wrong draft; a round is cut at its first one, and whatever comes after it is wasted):
 
 # %%

@@ -13,10 +13,10 @@
 # per extra depth (V3 itself uses one module: the next token and the one after); here such a
 # chain, four deep, is distilled onto the frozen target and drafts for it.
 # Module k has its own weights. It takes the representation h^{k−1} from the depth before it
-# and the embedding of a token t, normalises each (LayerNorm), projects [LN(h^{k−1}) ;
-# LN(embed(t))] down to half the target's width, adds a residual MLP block (LayerNorm, GELU)
+# and the embedding of a token x, normalises each (LayerNorm), projects [LN(h^{k−1}) ;
+# LN(embed(x))] down to half the target's width, adds a residual MLP block (LayerNorm, GELU)
 # and projects back to the target's width: that is h^k. One more LayerNorm and the target's
-# output layer give the law of the token after t. (DeepSeek-V3's modules use RMSNorm and hold
+# output layer give the law of the token after x. (DeepSeek-V3's modules use RMSNorm and hold
 # a whole transformer block; these hold only the MLP.)
 #
 # Drafting: module 1 starts from the target's raw feature at L−2 and the last committed token
@@ -110,11 +110,14 @@ claim(
 )
 
 # %% [markdown]
-# Seeing the last committed token, and then each draft before it, so that every draft is a
-# one-step guess (already 0.90 against Medusa's 0.81 at draft 1), is what lifts MTP above
-# Medusa. What keeps it below EAGLE, this lesson does not separate: EAGLE attends over the
-# whole history of (feature, token) pairs and was trained to read its own guessed features; an
-# MTP module sees only the representation handed down the chain.
+# MTP's first module sees the last committed token, and each later one the draft before it,
+# so every draft is a one-step guess; Medusa's heads see neither. Draft 1 already differs (the
+# first table). That fits the idea that seeing the token is what lifts MTP above Medusa, but
+# this lesson does not isolate it: MTP also has more parameters (the table below), another
+# block and another training loss. What keeps it below EAGLE, this lesson does not separate
+# either: EAGLE attends over the whole history of (feature, token) pairs and was trained to
+# read its own guessed features; an MTP module sees only the representation handed down the
+# chain.
 #
 # ## What each adds to the target
 #
@@ -152,7 +155,10 @@ console.print(
 # ## What to look at
 #
 # The parameters column: with a module per depth, MTP carries the most weights of the three,
-# and reads each depth's weights once a round; EAGLE reuses one layer for every draft. Three
+# and reads each depth's weights once a round; EAGLE reuses one layer for every draft. The MiB
+# column counts more than the parameters (4 bytes each): what a drafter derives from them at
+# load (EAGLE folds its layers into new matrices, `EagleFold`) and one row's state between
+# rounds — so EAGLE, with fewer parameters than MTP, holds more memory. Three
 # heads on one target: blind to their own drafts (Medusa), seeing the draft before through one
 # representation (MTP), attending over the whole history (EAGLE) — and at T = 0 all three
 # write the target's own greedy text (lessons 12, 13 and this one check it), a genuine

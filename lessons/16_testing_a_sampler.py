@@ -16,7 +16,9 @@
 #
 # 1. **Identity** (`test_verify_identity.py`, `test_tree_identity.py`): no sampling — the law
 #    implied by the rule's own acceptance probabilities and residual equals p to 1e-9, for 300
-#    random (p, q) pairs (150 for tree siblings). False failures: none.
+#    random (p, q) pairs (150 for tree siblings). False failures: none. (`test_tree_identity.py`
+#    also samples the jitted tree walk on synthetic laws: N = 200,000 rows a test, p-value
+#    above 1e-6, and two broken walks rejected below 1e-12.)
 # 2. **Joint law** (`test_joint_law.py`, `test_drafters_law.py`, `test_tree_law.py`,
 #    `test_ssd.py`): tiny V = 5 models, so all 625 four-token continuations can be enumerated;
 #    N = 100,000 runs of the real loop (SSD's: 50,000; each file also has a 20,000-row smoke
@@ -216,8 +218,10 @@ def draw_pvalues(ax):
 
 figure("16_pvalues", draw_pvalues)
 low = {k: int(np.sum(pv[k] < 0.05)) for k in ("the verify rule", "q told at T = 0.9")}
+expect = TRIALS * 0.05, TRIALS * predicted_power(exact_law("q told at T = 0.9"), N, 0.05)
 console.print(
-    f"p-values below 0.05 in {TRIALS:,} tests: " + ", ".join(f"{k!r} {c}" for k, c in low.items())
+    f"p-values below 0.05 in {TRIALS:,} tests: "
+    + ", ".join(f"{k!r} {c} (expected {e:.0f})" for (k, c), e in zip(low.items(), expect))
 )
 
 # %% [markdown]
@@ -290,7 +294,7 @@ claim(
     curve[NS[0]] < 0.2 and curve[NS[-1]] > 0.9,
     f"power grew from {curve[NS[0]]:.2f} at N = {NS[0]:,} to {curve[NS[-1]]:.2f} at N = {NS[-1]:,}",
 )
-for n in (20_000, 100_000):  # lesson 06's N, and the suite's
+for n in (20_000, 100_000):  # lesson 06's N, and the suite's N spent on this one-token test
     console.print(
         f"predicted power against {SUBTLE!r} at N = {n:,}, δ = 1e-4: "
         f"{predicted_power(subtle, n, 1e-4):.3f}"
@@ -302,9 +306,11 @@ for n in (20_000, 100_000):  # lesson 06's N, and the suite's
 # Choose the threshold for the false failures you can live with (the suite: 1e-4 a test), then
 # choose N for the smallest bug you must catch — and *measure* that the test catches it, as
 # layer 3 does. Look at the first table: a test that passes a correct sampler is worth nothing
-# until you have seen it fail a broken one. The last lines printed compare lesson 06's N with the
-# suite's against the subtle bug: a test is only as sharp as its N. With `--figures`,
+# until you have seen it fail a broken one. The last lines printed give this one-token test's
+# power against the subtle bug at lesson 06's N and at the suite's 100,000: a test is only as
+# sharp as its N. (The suite's own tests are four-token joint laws on tiny models, and their
+# power against their own breaks is what test_power.py measures.) With `--figures`,
 # runs/lessons/16_pvalues.svg shows the right sampler's p-values spread evenly and the subtle
-# bug's leaning towards 0 (over 3× as many below 0.05 as the right sampler's: the line printed
-# after the power claims) — but mostly not below the first table's δ = 0.01 (its "rejected"
+# bug's leaning towards 0 (about 3× as many below 0.05 as the right sampler's, as predicted;
+# the line printed after the power claims gives this run's counts and the expected ones) — but mostly not below the first table's δ = 0.01 (its "rejected"
 # column).

@@ -13,9 +13,9 @@
 # `ssd` events (`nanospec/trace.py`).
 #
 # In ordinary speculation the drafter waits while the target verifies. SSD (Kumar, Dao & May,
-# ICLR 2026) keeps it busy: while round r is verified, the draft model guesses how round r
-# will end and drafts round r+1 for each guess. If the guess was right, round r+1's drafts
-# are ready the moment round r ends; if not, a backup drafts them then, as usual.
+# ICLR 2026) keeps it busy: while one round is verified, the draft model guesses how it will
+# end and drafts the next round for each guess. If a guess was right, the next round's drafts
+# are ready the moment this one ends; if not, a backup drafts them then, as usual.
 #
 # Notation: lessons/NOTATION.md (one meaning per symbol, course-wide).
 
@@ -161,22 +161,22 @@ flags = lambda rounds: np.concatenate([r.hit[r.live] for r in rounds[1:]])
 agree = all(
     np.array_equal(would_hit(rs, uniform_fanout(F, GAMMA)), flags(rs)) for rs in (greedy, sampled)
 )
-claim(
-    agree,
-    f"in all {len(flags(greedy)) + len(flags(sampled))} rounds but each row's first, a "
-    "round hit exactly when the last outcome (k, t*) was in the last round's cache",
+console.print(  # the same rule on the same arrays: a check of the trace, printed
+    f"the loop's hit flags and the lookup recomputed from the trace "
+    f"{'agree' if agree else 'DISAGREE'} on all {len(flags(greedy)) + len(flags(sampled))} "
+    "rounds but each row's first (both apply ssd/loop.py's `lookup` rule to the same arrays)"
 )
 
 # %% [markdown]
 # ## The outcome space
 #
-# A round with γ drafts ends in one of (γ+1)·V outcomes: k = 0..γ drafts accepted, then one
-# token t* out of V. For k < γ, t* is the residual's draw after draft k+1 was rejected. A
+# A round with γ drafts ends in one of at most (γ+1)·V outcomes: k = 0..γ drafts accepted,
+# then one token t* out of V. For k < γ, t* is the residual's draw after draft k+1 was rejected. A
 # draft x can be rejected only where q(x) > p(x), and there the residual norm(max(0, p − q))
 # has no mass. So t* is never the rejected x_{k+1} (greedy: x_{k+1} was not the target's
 # argmax, t* is), and `build` leaves x_{k+1} out of its guesses at k instead of wasting a
-# branch on it. For k = γ, t* is the bonus from p_{γ+1}: any token. Here (γ+1)·V = 5 · 2048 =
-# 10,240 outcomes, and the cache holds 20 of them.
+# branch on it. For k = γ, t* is the bonus from p_{γ+1}: any token. Here that leaves
+# γ(V − 1) + V = 4 · 2047 + 2048 = 10,236 outcomes, and the cache holds 20 of them.
 
 # %%
 x_next = lambda r, k: r.drafts[np.arange(len(r.k))[:, None], np.minimum(k, GAMMA - 1)]  # x_{k+1}
@@ -243,8 +243,10 @@ claim(
 # model's likeliest tokens there, in order, so a cache of F_k ≤ 4 at each k is its first F_k
 # — and a round it hits is a round every larger fan-out hits too (on the same rounds, more
 # branches can only add hits). The misses fall roughly as a power of F, 1 − hit rate ≈
-# m·F^(−β). `--fanout geometric:10` splits 10 branches over k as F_k ∝ P(k)^(1/(1+β)), which
-# minimises the expected misses for that budget, with P(k) the i.i.d. model's law above at α̂
+# m·F^(−β). `--fanout geometric:10` splits 10 branches over k: one for every k, then the rest
+# in proportion to P(k)^(1/(1+β)), the shape of the split that minimises the expected misses
+# Σ P(k)·F_k^(−β) when F may be fractional. Rounded so, with a branch for every k, it is a
+# heuristic, not always the best whole-number split. P(k) is the i.i.d. model's law above at α̂
 # (lesson 08's estimate, not the acceptance rate) and β, both measured on more rounds of the
 # shipped pair (ssd/fanout.py, `SHIPPED_ALPHA_BETA`). (± is two standard errors, rounds taken
 # as independent.)
@@ -277,10 +279,9 @@ console.print(
     f"(docs/results.md, on more rounds: 1.68 and 0.37)"
 )
 more = [int(hit[f, 1.0].sum()) for f in FS]
-claim(
-    all(x < y for x, y in pairwise(more)),
-    f"at T = 1 more branches, more hits: {', '.join(map(str, more[:-1]))} and {more[-1]} of "
-    f"{len(hit[1, 1.0])} rounds with F = {', '.join(map(str, FS[:-1]))} and {FS[-1]}",
+console.print(  # nested caches: more branches can only add hits
+    f"at T = 1, hits with F = {', '.join(map(str, FS))}: {', '.join(map(str, more))} of "
+    f"{len(hit[1, 1.0])} rounds (each cache holds the smaller ones: never fewer)"
 )
 claim(
     hit[2, 0.0].mean() >= 0.8,
@@ -386,13 +387,17 @@ console.print(
 
 # %% [markdown]
 # (At T = 1, with 32 rows, almost every round has a row that missed, so the draft step runs
-# the backup anyway; with one row a hit's draft step is a lookup.) SSD pays only when the
+# the same backup as speculation's; with one row a hit's draft step is a lookup. Yet SSD's
+# draft step came out cheaper than speculation's in the table, though in a first round, where
+# every row misses, the two cost alike: this lesson does not explain that gap, and the bound
+# below uses speculation's own split.) SSD pays only when the
 # drafter runs on hardware of its own, building the cache *while* the target verifies: then a
 # hit removes drafting from the round's critical path, and a round costs the longer of the
 # target's pass and the build. So, at the same γ, SSD can beat ordinary speculation by at
 # most (verify + drafting) / verify = 1 / (1 − s), where s is the share of an ordinary round spent
-# drafting (measured above). On a CPU, where a step costs in proportion to the model, a
-# draft model 17× smaller than the target keeps s, and so the bound, modest. The timeline
+# drafting (measured above). On this CPU the target's pass dominates a round, so s, and the
+# bound, are modest, although a draft step costs more than the draft's share of the weights
+# would suggest (lesson 19 measures its cost c in target steps). The timeline
 # model, and a measurement on two devices, are in docs/results.md ("SSD in time";
 # `python -m nanospec.measure.ssd_timeline`).
 #

@@ -134,7 +134,8 @@ claim(pv_b < 1e-12, f"judging misses by the argmax is caught: p-value {pv_b:.1g}
 #
 # SSD changes where drafts come from, never how they are judged. A test of the output law
 # needs no knowledge of the cache: it compares what the loop writes with what the target
-# alone would, and a rule that is inexact on hits or on misses shows up there. A cache bug
+# alone would, and a rule that is inexact on hits or on misses shows up there, if it moves
+# the law by more than the noise of N runs (lesson 16's power). A cache bug
 # that keeps the law — a branch looked up by k alone, test_ssd.py's case (c) — does not: its
 # drafts are still judged against the law they came from, so only acceptance drops, and
 # test_ssd.py catches it there.

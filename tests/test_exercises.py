@@ -69,8 +69,50 @@ def test_unwritten_stub_is_reported_as_the_stub(number):
 # Exercise 2 asks for two functions: each mistake comes with a right version of the other.
 ACCEPT_OK = "def accept_reject(u, p_x, q_x):\n    return u * q_x < p_x\n"
 RESIDUAL_OK = (
-    "import numpy as np\ndef residual(p, q):\n    r = np.maximum(p - q, 0)\n"
-    "    return r / r.sum() if r.sum() > 0 else p\n"
+    "import numpy as np\ndef residual(p, q):\n    res = np.maximum(p - q, 0)\n"
+    "    return res / res.sum() if res.sum() > 0 else p\n"
+)
+# Exercise 1's loop, with its stopping rule and what it returns left to fill in.
+LOOP = """
+def greedy_speculative(target, draft, prompt, gamma, max_new):
+    out = []
+    while len(out) < {until}:
+        ctx = prompt + out
+        drafts = []
+        for _ in range(min(gamma, max_new - len(out) - 1)):
+            drafts.append(draft(ctx + drafts))
+        choice = target(ctx + drafts)[len(ctx) - 1:]
+        n = 0
+        while n < len(drafts) and drafts[n] == choice[n]:
+            n += 1
+        out += drafts[:n] + [choice[n]]
+    return {out}
+"""
+# Exercise 3's round, with the law a rejected draft is replaced from left to fill in.
+ROW = """
+import numpy as np
+def verify_row(rng, drafts, q, p):
+    for i, x in enumerate(drafts):
+        if rng.random() * q[i, x] >= p[i, x]:
+            law = {replacement}
+            return i, int(rng.choice(len(law), p=law / law.sum()))
+    return len(drafts), int(rng.choice(p.shape[1], p=p[len(drafts)]))
+"""
+# Exercise 8's walk, with the law each sibling is tested against, what an accepted sibling
+# returns and the law of the last draw left to fill in.
+SIBLINGS = """
+import numpy as np
+def verify_siblings(rng, candidates, q, p):
+    rho = np.asarray(p, float)
+    for k, (x, qk) in enumerate(zip(candidates, q)):
+        if rng.random() * qk[x] < {test}[x]:
+            return {accepted}
+        left = np.maximum(rho - qk, 0.0)
+        rho = left / left.sum() if left.sum() > 0 else rho
+    return int(rng.choice(len(rho), p={final}))
+"""
+siblings_with = lambda **wrong: SIBLINGS.format(
+    **{"test": "rho", "accepted": "int(x)", "final": "rho", **wrong}
 )
 # Exercise 4's round, with the three lines a learner gets wrong left to fill in.
 ROUND = """
@@ -125,6 +167,16 @@ MISTAKES = [
         "differs from greedy decoding at new token",
     ),
     (
+        1,
+        LOOP.format(until="max_new - 1", out="out"),
+        "yours returned 4: keep going until max_new new tokens are written",
+    ),
+    (
+        1,
+        LOOP.format(until="max_new", out="prompt + out"),
+        "yours returned 6: return only the new tokens, not the prompt before them",
+    ),
+    (
         2,
         "def accept_reject(u, p_x, q_x):\n    return u > p_x / q_x\n" + RESIDUAL_OK,
         "the comparison is reversed",
@@ -167,6 +219,17 @@ MISTAKES = [
         "the bonus comes from p[γ]",
     ),
     (3, "def verify_row(rng, drafts, q, p):\n    return [0]\n", "must return (n_accepted, token)"),
+    (
+        3,
+        ROW.format(replacement="np.maximum(p[i + 1] - q[i], 0)"),  # the next row's p
+        "yours gave (2, 0). n_accepted is right, the token is not: after drafts[2] is rejected, "
+        "the replacement comes from norm(max(0, p[2] − q[2]))",
+    ),
+    (
+        3,
+        ROW.format(replacement="np.maximum(p[i] - q[i], 0) ** 2"),  # right for one-hot laws
+        "the token emitted at drafts[0]'s position should have the law p[0] = [.40 .30 .20 .10]",
+    ),
     (4, round_with(cache="cache"), "You never rolled back"),
     (
         4,
@@ -236,6 +299,11 @@ MISTAKES = [
     ),
     (
         7,
+        "def lookup(context, gamma, max_ngram=3, min_ngram=1):\n    return (9, 7, 8, 9)\n",
+        "lookup must return a list of ints; yours returned a tuple, (9, 7, 8, 9)",
+    ),
+    (
+        7,
         "def lookup(context, gamma, max_ngram=3, min_ngram=1):\n    raise ValueError('oops')\n",
         "your lookup raised ValueError at line 2 of mine.py: oops",
     ),
@@ -244,6 +312,8 @@ MISTAKES = [
         "def verify_siblings(rng, candidates, q, p):\n    return candidates[0]\n",
         "the token should have the law",
     ),
+    (8, siblings_with(accepted="k"), "That is the law of k, the accepted sibling's position"),
+    (8, siblings_with(final="p"), "drawing from p when every sibling is rejected"),
 ]
 
 
@@ -256,6 +326,10 @@ def test_common_mistakes_are_named(tmp_path, number, source, says):
 
 # Right answers that differ from the reference solutions: they must pass too.
 ALSO_RIGHT = [
+    (
+        2,
+        "def accept_reject(u, p_x, q_x):\n    u *= q_x\n    return u < p_x\n" + RESIDUAL_OK,
+    ),  # working in place on the inputs is allowed
     (
         4,
         round_with(

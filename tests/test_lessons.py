@@ -131,6 +131,10 @@ CLASHES = {
     "a reported law is q′, not r": r"\blaw r\b|residual\(p, r\)|u·r\(x\)",
     "a sampled law is q, not s": r"\blaw s\b|s\(y\)·",
     "a test's level is δ, not α": r"\bat α = 0\.|\blevel α\b|α = 1e-",
+    "a sibling's residual law is ρ, not r": r"\br_k\b|\br_0 = p",
+    "r is a pass's cost, not a round's number": r"\bround r\b",
+    "a token is x or y, not t": r"\btoken t(?![*\w])|embed\(t\)",
+    "r takes a pass's width n: r(n), not r(N)": r"\br\(N\)",
 }
 COURSE = [*LESSONS, *sorted((REPO / "lessons" / "exercises").rglob("*.py"))]
 
@@ -150,7 +154,16 @@ def test_the_course_keeps_one_notation(path):
 
 def test_every_retired_clash_is_named_in_notation_md():
     notation = (REPO / "lessons" / "NOTATION.md").read_text(encoding="utf-8")
-    for symbol in ("for a reported law", "for a sampled law", "for times", "for a test's"):
+    for symbol in (
+        "for a reported law",
+        "for a sampled law",
+        "for times",
+        "for a test's",
+        "for a sibling's residual",
+        "for a round's number",
+        "for a token",
+        "`r(N)`",
+    ):
         assert symbol in notation, symbol
 
 

@@ -11,7 +11,12 @@ import pytest
 from nanospec.checkpoint import load_models, read_manifest
 from nanospec.decode import Bundle, decode
 from nanospec.fileio import sha256_file
-from nanospec.measure.evaluate import all_fact_accuracy, capital_accuracy, next_token_accuracy
+from nanospec.measure.evaluate import (
+    agreement,
+    all_fact_accuracy,
+    capital_accuracy,
+    next_token_accuracy,
+)
 from tests.conftest import SHIPPED
 
 
@@ -93,6 +98,15 @@ def test_the_draft_misses_facts_but_keeps_the_grammar(bundle):
     assert abs(d["function_word_accuracy"] - t["function_word_accuracy"]) <= 0.02, json.dumps(
         results
     )
+
+
+def test_agreement_is_whole_for_a_model_with_itself_and_partial_for_the_draft(bundle):
+    """evaluate.agreement (lesson 02): a known answer, then the shipped pair's."""
+    target, draft = bundle.models["target"], bundle.models["draft"]
+    itself = agreement(bundle.tok, target, target, n_windows=8)
+    assert all(v > 1 - 1e-5 for v in itself.values()), itself
+    pair = agreement(bundle.tok, target, draft, n_windows=8)
+    assert all(0.5 < v < 1 for v in pair.values()), pair
 
 
 def test_loading_refuses_a_corrupted_copy(tmp_path):

@@ -23,7 +23,7 @@ If p == q the residual is empty (all zeros). The verify rule never samples from 
 (every draft is accepted), so return p in that case, to keep the arithmetic finite.
 
 Check it:   nanospec exercise check 2   (accept_reject first, then residual)
-Read after: nanospec/verify.py (`accept_reject`, `residual`), lessons 04 and 06.
+Read after: nanospec/verify.py (`accept_reject`, `residual`), lessons 04–06.
 """
 
 import numpy as np

@@ -3,8 +3,9 @@
 The draft proposed γ tokens, drafts[0], …, drafts[γ − 1], drawing drafts[i] from the law
 q[i]; one target pass gave γ + 1 laws p[0], …, p[γ]: p[i] is the target's law at drafts[i]'s
 position (given the text and drafts[0..i − 1]), and p[γ] the law of the token after all γ
-drafts. (Everything here is counted from 0, as the arrays are.) Implement the whole verify
-rule:
+drafts. Everything here is counted from 0, as the arrays are: p[i] and q[i] here are the
+p_{i+1} and q_{i+1} of the lessons and of nanospec/verify.py (whose drafts are x₁ … x_γ), and
+p[γ] is their p_{γ+1}. Implement the whole verify rule:
 
 1. for i = 0, 1, …: accept drafts[i] with probability min(1, p[i][x] / q[i][x]), where
    x = drafts[i] — draw one uniform per draft from `rng` (`rng.random()`); stop at the first
@@ -21,10 +22,10 @@ round emits drafts[0], …, drafts[n − 1] and then `token`, so it always makes
     verify_row(rng, drafts, q, p) == (2, 2)
 
 Draw random tokens with `rng.choice(V, p=law)`. Write it with numpy: the checker calls it
-tens of thousands of times.
+about 10,000 times.
 
 Check it:   nanospec exercise check 3
-Read after: nanospec/verify.py (`verify_row`), lessons 04 and 07.
+Read after: nanospec/verify.py (`verify_row`), lessons 04–07.
 """
 
 import numpy as np

@@ -4,11 +4,12 @@ The target keeps a KV cache: the keys and values of every token it has read, so 
 only the new ones. nanospec's loop keeps one invariant (lesson 07): the cache holds every
 committed token but the last one, `last`, which leads the next verify block. One greedy round:
 
-1. ONE target pass over the block [last, d_1, …, d_γ]: `target(block, cache)` writes the
-   block's keys and values at slots cache.length … cache.length + γ and returns
-   (logits, cache), the cache's length grown by γ + 1. Row t of logits (γ + 1, V) scores the
-   token after block[t]: row 0 judges d_1, and row γ is the bonus after d_γ.
-2. The greedy verify rule: accept d_i while it equals the argmax of its row; the first that
+1. ONE target pass over the block [last, drafts[0], …, drafts[γ − 1]]: `target(block, cache)`
+   writes the block's keys and values at slots cache.length … cache.length + γ and returns
+   (logits, cache), the cache's length grown by γ + 1. Row i of logits (γ + 1, V) scores the
+   token after block[i]: row i judges drafts[i] (counted from 0, as the list is), and row γ
+   gives the bonus after drafts[γ − 1].
+2. The greedy verify rule: accept drafts[i] while it equals the argmax of row i; the first that
    does not is replaced by that argmax (all γ accepted: the argmax of row γ, the bonus).
 3. Roll back so the invariant holds again. The text grew by n + 1 tokens (n accepted drafts,
    then the target's token), and the cache must hold all of it but that new last token.
@@ -38,6 +39,6 @@ from nanospec.cache import KVCache
 def verify_and_rollback(
     target: Callable, cache: KVCache, last: int, drafts: list[int]
 ) -> tuple[int, int, KVCache]:
-    """target(tokens, cache) -> (logits (T, V), cache); cache holds the text but `last`;
-    drafts: γ ints. Returns (n_accepted, token, the rolled-back cache)."""
+    """target(tokens, cache) -> (logits (len(tokens), V), cache); cache holds the text but
+    `last`; drafts: γ ints. Returns (n_accepted, token, the rolled-back cache)."""
     raise NotImplementedError("write verify_and_rollback")

@@ -8,8 +8,10 @@ run of accepted drafts: everything after its first rejection is discarded.
 
 Implement `accepted_counts` for the whole batch with jax.numpy, so that it runs inside
 jax.jit (the checker calls it that way) and so inside the loop's `lax.while_loop`: no Python
-`if` or `while` on an array's value, no `int(...)`, no numpy. The trick is a cumulative
-product along the row: [1 1 0 1] -> [1 1 0 0], whose sum is the run's length.
+`if` or `while` on an array's value, no `int(...)`, and jax.numpy, not numpy, on the arrays
+(numpy would ask for their values; on their shapes, as in np.arange(u.shape[1]), it is fine).
+The trick is a cumulative product along the row: [1 1 0 1] -> [1 1 0 0], whose sum is the
+run's length.
 
     u   = [[.5 .5 .5], [.5 .5 .5]]      q_x = 1 everywhere
     p_x = [[.9 .2 .9], [.9 .9 .9]]      n_draft = [3, 2]

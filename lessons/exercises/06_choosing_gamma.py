@@ -11,7 +11,9 @@ autoregressive decoding would have needed E target steps:
 
 Implement `best_gamma`: the γ in `gammas` with the highest predicted speedup, where r[i] is
 the verify pass's cost for gammas[i]. Return the γ itself, not its position. α is the
-per-draft acceptance probability, 0 ≤ α ≤ 1 (exactly 1 for a draft never rejected).
+per-draft acceptance probability, 0 ≤ α ≤ 1 (exactly 1 for a draft never rejected). The
+checker includes α = 1, where the closed form (1 − α^(γ+1)) / (1 − α) of lessons/NOTATION.md
+is 0/0; the sum above is finite there: E(1, γ) = γ + 1.
 
     alpha = 0.8, c = 0.05, gammas = [1, 2, 4, 8], r = [1.1, 1.2, 1.3, 1.6]
     E = 1.80, 2.44, 3.36, 4.33; cost = 1.15, 1.30, 1.50, 2.00
@@ -20,9 +22,10 @@ per-draft acceptance probability, 0 ≤ α ≤ 1 (exactly 1 for a draft never re
 How it is checked, and why not with a stopwatch: a timing moves by a tenth from run to run
 (docs/results.md), and the checker must give every laptop the same answer, so it times
 nothing. It compares your choice with the library's formula (`expected_tokens` in
-nanospec/measure/bench.py) on a grid of α, c and r, then feeds it the α, c and r that a
-`nanospec bench` run measured and recorded in docs/results.md (the same ratios lesson 09
-measures), and asks for the γ that run measured fastest. Lesson 09 measures them live.
+nanospec/measure/bench.py) on a grid of α, c and r, then feeds it the ratios of a
+`nanospec bench` run recorded in docs/results.md (α = 0.92, c = 0.086, its value at γ = 7,
+and the r measured at each γ: the ratios lesson 09 measures live), and asks for the γ that
+run measured fastest.
 
 Check it:   nanospec exercise check 6
 Read after: lesson 09, docs/design.md §6 (performance model), nanospec/measure/bench.py.

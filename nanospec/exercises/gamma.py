@@ -28,8 +28,9 @@ PROFILES = (
 )
 EXAMPLE = (0.8, 0.05, [1.1, 1.2, 1.3, 1.6], [1, 2, 4, 8])
 # docs/results.md, "Speculative decoding with the draft model" (facts, 128 tokens, greedy):
-# α 0.92 at every γ; c measured in place, 0.086 at γ = 7 (0.067–0.142 over the five γ);
+# α 0.92 (0.93 at γ = 10); c measured in place, 0.086 at γ = 7 (0.067–0.142 over the five γ);
 # r per γ; the fastest measured was γ = 15 (2.78× end to end, 3.21× per token after the first).
+# The model picks γ = 15 with any of the five c, and with each γ's own c and α.
 RECORDED = (0.92, 0.086, [1.26, 1.52, 1.87, 2.15, 1.93], [2, 4, 7, 10, 15])
 RECORDED_FASTEST = 15
 
@@ -46,7 +47,8 @@ MISTAKES = (
         lambda a, c, r, gs: speedups(a, c, r, gs, lambda a, g: expected_tokens(a, g - 1)),
         (
             " Your choices match E without its last term: E = 1 + α + … + α^γ has γ + 1 terms, "
-            "i.e. (1 − α^(γ+1)) / (1 − α); the last, α^γ, is the bonus token's chance."
+            "i.e. (1 − α^(γ+1)) / (1 − α); the last, α^γ, is the chance that the γ-th draft "
+            "is accepted (so all γ are)."
         ),
     ),
     (

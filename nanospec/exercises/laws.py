@@ -1,7 +1,8 @@
 """The statistics the checker needs: a chi-square p-value, total variation, a law as text.
 
 Every sampled check states its false-failure probability: a correct function fails a
-chi-square check only if its p-value falls below ALPHA, which happens with probability ALPHA.
+chi-square check only if its p-value falls below DELTA, the test's level (δ in
+lessons/NOTATION.md), which happens with probability DELTA.
 """
 
 import numpy as np
@@ -9,7 +10,7 @@ from jax.scipy.special import gammaincc
 
 from nanospec.teach import tv
 
-ALPHA = 1e-6  # a correct function fails one sampled check by chance once in a million
+DELTA = 1e-6  # δ: a correct function fails one sampled check by chance once in a million
 
 
 def chi2_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
@@ -42,16 +43,18 @@ def show(law) -> str:
     )
 
 
-def differs(what: str, counts: np.ndarray, law: np.ndarray) -> str | None:
-    """None if `counts` fit `law` (p-value ≥ ALPHA), else a sentence saying how they differ."""
+def differs(what: str, counts: np.ndarray, law: np.ndarray, name: str = "") -> str | None:
+    """None if `counts` fit `law` (p-value ≥ DELTA), else a sentence saying how they differ;
+    `name` ("p[0]") says which of the exercise's laws `law` is."""
     counts = np.asarray(counts, float)
-    if chi2_pvalue(counts, law) >= ALPHA:
+    if chi2_pvalue(counts, law) >= DELTA:
         return None
     seen = counts / counts.sum()
     worst = int(np.argmax(np.abs(seen - law)))
     return (
-        f"{what} should have the law {show(law)} but came out {show(seen)} over "
+        f"{what} should have the law {name + ' = ' if name else ''}{show(law)} but came "
+        f"out {show(seen)} over "
         f"{int(counts.sum()):,} draws (total variation {tv(seen, law):.3f}; token {worst} "
         f"{seen[worst]:.1%} instead of {law[worst]:.1%}; a correct rule fails this check "
-        f"by chance with probability {ALPHA:g})"
+        f"by chance with probability {DELTA:g})"
     )

@@ -82,8 +82,8 @@ def calling(fn, function: str, path: Path):
                 f"your {function} cannot run inside jax.jit: at line "
                 f"{_line_in(e, path)} of {path.name} it needs the value of an array "
                 f"that jit only traces ({type(e).__name__}). A Python if or while on "
-                f"an array, int(), .item(), numpy or a boolean mask cannot run there: use "
-                f"jax.numpy operations (jnp.where, jnp.cumprod, jnp.sum)."
+                f"an array, int(), .item(), numpy on an array or a boolean mask cannot "
+                f"run there: use jax.numpy operations (jnp.where, jnp.cumprod, jnp.sum)."
             ) from None
         except Exception as e:
             raise Failure(

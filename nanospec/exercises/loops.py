@@ -66,7 +66,7 @@ def check_lookup(lookup):
 def _call(lookup, context, gamma, max_ngram, min_ngram):
     """The learner's drafts as plain ints; a division by zero is the suffix matching itself."""
     try:
-        return plain(lookup(context, gamma, max_ngram, min_ngram))
+        out = plain(lookup(context, gamma, max_ngram, min_ngram))
     except Failure as failure:
         if "ZeroDivisionError" not in str(failure):
             raise
@@ -75,6 +75,9 @@ def _call(lookup, context, gamma, max_ngram, min_ngram):
             f"period L − 1 − j is 0 only when j = L − 1, where the 'occurrence' is the "
             f"suffix itself: an earlier one must end by index L − 2."
         ) from None
+    if isinstance(out, tuple):
+        raise Failure(f"lookup must return a list of ints; yours returned a tuple, {out}.")
+    return out
 
 
 def _lookup_hint(got, context, gamma, max_ngram, min_ngram) -> str:
@@ -196,10 +199,15 @@ def _check_text(got, want, prompt, gamma: int, name: str) -> None:
     if not isinstance(got, list) or not all(isinstance(x, (int, np.integer)) for x in got):
         raise Failure(f"greedy_speculative must return a list of ints; yours returned {got!r}.")
     if len(got) != len(want):
+        if len(got) == len(prompt) + len(want) and got[: len(prompt)] == prompt:
+            advice = "return only the new tokens, not the prompt before them"
+        elif len(got) < len(want):
+            advice = "keep going until max_new new tokens are written"
+        else:
+            advice = "stop at max_new — the last round may need fewer drafts"
         raise Failure(
             f"asked for {len(want)} new tokens (prompt {prompt}, γ = {gamma}), yours "
-            f"returned {len(got)}: stop at max_new — the last round may need fewer "
-            f"drafts."
+            f"returned {len(got)}: {advice}."
         )
     if got != want:
         i = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)

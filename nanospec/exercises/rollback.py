@@ -36,7 +36,7 @@ def _tiny():
     params = jax.tree.map(lambda x: x * 20 if x.ndim == 2 else x, params)  # sharper logits
 
     @jax.jit
-    def step(p, tokens, positions, kv):  # (logits (1, T, V), hidden, kv)
+    def step(p, tokens, positions, kv):  # (logits (1, L, V), hidden, kv) for L tokens
         with jax.default_matmul_precision("highest"):  # full float32 on GPUs too
             return forward(graphdef, p, tokens, positions, kv)
 
@@ -58,10 +58,10 @@ class Target:
 
     def __call__(self, tokens, kv: KVCache):
         block = [int(t) for t in np.asarray(tokens).reshape(-1)]
-        positions = kv.length[:, None] + jnp.arange(len(block))[None]  # (1, T)
+        positions = kv.length[:, None] + jnp.arange(len(block))[None]  # (1, len(block))
         logits, _, kv = self.step(self.params, jnp.asarray([block], jnp.int32), positions, kv)
         self.calls.append((block, np.asarray(logits[0])))
-        return np.asarray(logits[0]), kv  # (T, V)
+        return np.asarray(logits[0]), kv  # (len(block), V)
 
     def prefill(self, text: list[int]) -> KVCache:
         """A cache holding `text` but its last token (the invariant at the start of a round)."""

@@ -37,11 +37,11 @@ def check_accept_reject(accept_reject):
     p, q = (np.array(v, float) for v in zip(*[(a, b) for a in P_GRID for b in Q_GRID]))
     u = (np.arange(UNIFORMS) + 0.5) / UNIFORMS  # evenly spaced in (0, 1)
     shape = (len(p), UNIFORMS)
-    verdicts = np.asarray(
+    verdicts = np.asarray(  # writable copies: a rule that works in place is not a mistake
         accept_reject(
-            np.broadcast_to(u, shape),
-            np.broadcast_to(p[:, None], shape),
-            np.broadcast_to(q[:, None], shape),
+            np.broadcast_to(u, shape).copy(),
+            np.broadcast_to(p[:, None], shape).copy(),
+            np.broadcast_to(q[:, None], shape).copy(),
         )
     )
     rate, want = verdicts.astype(float).mean(axis=1), np.minimum(1.0, p / q)
@@ -100,7 +100,7 @@ def check_residual(residual):
     rng = np.random.default_rng(0)
     for _ in range(200):
         p, q = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5))
-        got = np.asarray(residual(p, q), float)
+        got = np.asarray(residual(p.copy(), q.copy()), float)  # theirs to change in place
         want = np.asarray(reference_residual(jnp.asarray(p), jnp.asarray(q)), float)
         if got.shape != want.shape or not np.allclose(got, want, atol=1e-5):
             raise Failure(
@@ -111,7 +111,7 @@ def check_residual(residual):
     yield "matches nanospec.verify.residual on 200 random pairs of laws over 5 tokens"
 
     p = np.array([0.5, 0.3, 0.2])
-    got = np.asarray(residual(p, p.copy()), float)
+    got = np.asarray(residual(p.copy(), p.copy()), float)
     if got.shape != p.shape or not np.allclose(got, p, atol=1e-6):
         raise Failure(
             f"when p == q = {show(p)} the residual is empty; return p so the "

@@ -119,15 +119,23 @@ def all_fact_accuracy(tok, cfg, graphdef, params) -> dict[str, float]:
     return out
 
 
-def next_token_accuracy(tok, cfg, graphdef, params, n_windows: int = 64) -> dict[str, float]:
-    """Teacher-forced top-1 accuracy on validation text: function words vs everything else."""
+def validation_windows(tok, n_ctx: int, n_windows: int):
+    """n_windows windows of n_ctx tokens spread evenly over the validation text: the inputs
+    (N, n_ctx), the token after each input position (N, n_ctx), and which of those are
+    function words."""
     _, val_docs = build_corpus(CorpusConfig())
     data = tokenize_docs(tok, val_docs)
-    T = cfg.n_ctx
-    starts = np.linspace(0, len(data) - T - 1, n_windows).astype(int)
-    x = jnp.asarray(np.stack([data[s : s + T] for s in starts]))  # (N, T)
-    y = np.stack([data[s + 1 : s + T + 1] for s in starts])  # (N, T)
-    positions = jnp.broadcast_to(jnp.arange(T), x.shape)
+    starts = np.linspace(0, len(data) - n_ctx - 1, n_windows).astype(int)
+    x = np.stack([data[s : s + n_ctx] for s in starts])
+    y = np.stack([data[s + 1 : s + n_ctx + 1] for s in starts])
+    is_fw = np.vectorize(lambda t: tok.token_str(t).strip().lower() in FUNCTION_WORDS)(y)
+    return x, y, is_fw
+
+
+def next_token_accuracy(tok, cfg, graphdef, params, n_windows: int = 64) -> dict[str, float]:
+    """Teacher-forced top-1 accuracy on validation text: function words vs everything else."""
+    x, y, is_fw = validation_windows(tok, cfg.n_ctx, n_windows)
+    positions = jnp.broadcast_to(jnp.arange(cfg.n_ctx), x.shape)
     run = jax.jit(lambda p, x, pos: jnp.argmax(forward(graphdef, p, x, pos)[0], -1))
     pred = np.concatenate(
         [
@@ -135,12 +143,35 @@ def next_token_accuracy(tok, cfg, graphdef, params, n_windows: int = 64) -> dict
             for i in range(0, n_windows, 8)
         ]
     )
-    is_fw = np.vectorize(lambda t: tok.token_str(t).strip().lower() in FUNCTION_WORDS)(y)
     correct = pred == y
     return {
         "function_word_accuracy": float(correct[is_fw].mean()),
         "other_token_accuracy": float(correct[~is_fw].mean()),
         "function_word_fraction": float(is_fw.mean()),
+    }
+
+
+def agreement(tok, target, draft, n_windows: int = 64) -> dict[str, float]:
+    """What speculation needs, on next_token_accuracy's windows (teacher-forced): how often the
+    draft's likeliest token is the target's, and the mean of Σ min(p, q) at T = 1 (the chance
+    that a draft sampled from q is accepted), for function words and for every other token.
+    Unlike accuracy, neither looks at the text's own next token."""
+    (cfg, tg, _), (_, dg, _) = target, draft
+    x, _, is_fw = validation_windows(tok, cfg.n_ctx, n_windows)
+
+    @jax.jit
+    def both(tp, dp, x):
+        pos = jnp.broadcast_to(jnp.arange(x.shape[1]), x.shape)
+        p = jax.nn.softmax(forward(tg, tp, x, pos)[0], -1)
+        q = jax.nn.softmax(forward(dg, dp, x, pos)[0], -1)
+        return jnp.argmax(p, -1) == jnp.argmax(q, -1), jnp.minimum(p, q).sum(-1)
+
+    parts = [both(target[2], draft[2], x[i : i + 8]) for i in range(0, n_windows, 8)]
+    same, overlap = (np.concatenate([np.asarray(p[j]) for p in parts]) for j in (0, 1))
+    return {
+        f"{what}_{kind}": float(values[mask].mean())
+        for what, values in (("argmax_agreement", same), ("mean_overlap", overlap))
+        for kind, mask in (("function_words", is_fw), ("other_tokens", ~is_fw))
     }
 
 

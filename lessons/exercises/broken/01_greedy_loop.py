@@ -1,7 +1,8 @@
 """Exercise 1, broken on purpose (the test suite checks that the checker names the mistake).
 
 The mistake: the text is right, but each draft is checked with a target pass of its own, so
-speculation saves nothing — it costs a pass per token, like plain decoding.
+speculation saves nothing — it costs a pass per token, like plain decoding. (It also drafts
+one token a round, whatever γ is.)
 """
 
 

@@ -13,5 +13,5 @@ def accept_reject(u: np.ndarray, p_x: np.ndarray, q_x: np.ndarray) -> np.ndarray
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    r = np.maximum(np.asarray(p, float) - np.asarray(q, float), 0.0)
-    return r / r.sum() if r.sum() > 0 else np.asarray(p, float)
+    res = np.maximum(np.asarray(p, float) - np.asarray(q, float), 0.0)
+    return res / res.sum() if res.sum() > 0 else np.asarray(p, float)

@@ -2,7 +2,8 @@
 
 The mistake: roll back to "where the round started, plus the accepted drafts", forgetting
 that the block began with `last`, whose keys the pass wrote too. The cache loses one token a
-round, and the next pass reads a text with a hole in it.
+round, and the next pass would read a text with a hole in it; the checker stops it sooner, in
+round 1, on the cache's length.
 """
 
 import numpy as np

@@ -1,9 +1,9 @@
 """Exercise 6, broken on purpose (the test suite checks that the checker names the mistake).
 
 The mistake: an off-by-one in E's exponent, (1 − α^γ) / (1 − α) = 1 + α + … + α^(γ−1): γ
-terms where there are γ + 1. The one missing, α^γ, is the chance that all γ drafts were
-accepted and the bonus token came too. Short drafts lose the most by it (relative to their
-E), so the choice drifts towards long ones.
+terms where there are γ + 1. The one missing, α^γ, is the chance that the γ-th draft is
+accepted (so all γ are, and the round writes γ + 1 tokens). Short drafts lose the most by it
+(relative to their E), so the choice drifts towards long ones.
 """
 
 

@@ -9,6 +9,6 @@ def accept_reject(u: np.ndarray, p_x: np.ndarray, q_x: np.ndarray) -> np.ndarray
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    r = np.maximum(np.asarray(p, float) - np.asarray(q, float), 0.0)
-    total = r.sum()
-    return r / total if total > 0 else np.asarray(p, float)
+    res = np.maximum(np.asarray(p, float) - np.asarray(q, float), 0.0)
+    total = res.sum()
+    return res / total if total > 0 else np.asarray(p, float)

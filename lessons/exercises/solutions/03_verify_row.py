@@ -9,6 +9,6 @@ def verify_row(
     gamma, V = len(drafts), p.shape[-1]
     for i, x in enumerate(drafts):
         if rng.random() * q[i, x] >= p[i, x]:  # rejected: replace it from the residual
-            r = np.maximum(p[i] - q[i], 0.0)
-            return i, int(rng.choice(V, p=r / r.sum()))
+            res = np.maximum(p[i] - q[i], 0.0)
+            return i, int(rng.choice(V, p=res / res.sum()))
     return gamma, int(rng.choice(V, p=p[gamma]))  # all accepted: the bonus token

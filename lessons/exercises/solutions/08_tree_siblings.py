@@ -6,10 +6,10 @@ import numpy as np
 def verify_siblings(
     rng: np.random.Generator, candidates: np.ndarray, q: np.ndarray, p: np.ndarray
 ) -> int:
-    r = np.asarray(p, float)
+    rho = np.asarray(p, float)  # ρ: the law still owed to the target
     for x, qk in zip(candidates, q):
-        if rng.random() * qk[x] < r[x]:
+        if rng.random() * qk[x] < rho[x]:
             return int(x)
-        left = np.maximum(r - qk, 0.0)
-        r = left / left.sum() if left.sum() > 0 else r
-    return int(rng.choice(len(r), p=r))
+        left = np.maximum(rho - qk, 0.0)
+        rho = left / left.sum() if left.sum() > 0 else rho
+    return int(rng.choice(len(rho), p=rho))
