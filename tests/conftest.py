@@ -12,14 +12,13 @@ from pathlib import Path
 # (`python -m nanospec.measure.quick_compile`, docs/results.md). Most tests compile more than they
 # run, so the suite takes this trade; XLA is given the same program either way. Tests whose time is
 # in their rows (the large-N law tests, the longest 20,000-row smoke and power tests, the shipped
-# models' fact test) are marked `optimized` and
-# compile as every command does, and the lessons' kernels get the settings the suite was started
-# with (their timings are claims). Set before JAX is imported, so that every CLI and server process
-# the tests start inherits them.
+# models' fact test) are marked `optimized` and compile as every command does, and the lessons'
+# kernels get the settings the suite was started with (their timings are claims). Set before JAX
+# is imported, so that every CLI and server process the tests start inherits them.
 AS_GIVEN = {name: os.environ.get(name) for name in ("XLA_FLAGS", "JAX_DISABLE_MOST_OPTIMIZATIONS")}
 QUICK_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false"
-# One thread per program's run: two workers share the 2 cores, and XLA's thread pool per worker
-# only made them take turns (a 100,000-row law test, two at once: 7% faster without it).
+# One thread per program's run: the workers already share the cores, and XLA's thread pool per
+# worker only made them take turns (two 40,000-row law runs side by side: 7% faster without it).
 QUICK_XLA_FLAGS += " --xla_cpu_multi_thread_eigen=false"
 os.environ["XLA_FLAGS"] = f"{AS_GIVEN['XLA_FLAGS'] or ''} {QUICK_XLA_FLAGS}".strip()
 os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
