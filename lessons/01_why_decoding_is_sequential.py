@@ -59,7 +59,8 @@ console.print(
 # each ratio below is taken within one pass, between probes timed close together (8 tokens,
 # 1, 16 right after each other, the 2- and 4-token passes a little later in the same pass;
 # then each of the three probes right after a one-token pass of its own), and then the median
-# over the passes.
+# over the passes. The 2- and 4-token rows are the least protected: on a busy machine they
+# can even come out in the wrong order (run the lesson again).
 
 
 # %%
@@ -129,8 +130,10 @@ figure("01_pass_cost", cost_curve)
 # Read the "vs b = 1" column: a pass over 8 tokens costs a small multiple of a pass over 1,
 # not 8 of them. That gap is the whole opportunity. If a cheap drafter guesses 7 tokens and
 # the target checks them (plus the token before them) in one 8-token pass, every accepted
-# guess is a token we did not pay a full pass for. `r(γ+1)` — the cost of a (γ+1)-token pass
-# in one-token passes — is the `r` column of `nanospec bench` (docs/design.md §6).
+# guess is a token we did not pay a full pass for. The "vs b = 1" column is r(b), the cost of
+# a pass over b tokens in one-token passes (NOTATION.md: r(n)); r(γ+1), the verify pass, is
+# the `r` column of `nanospec bench` (docs/design.md §6), which takes it as a ratio of two
+# medians rather than the median of per-pass ratios.
 
 # %%
 claim(
@@ -159,9 +162,9 @@ share = {
     "fixed, once per pass": 1 - arithmetic,
     f"· streaming the {weight_bytes / 1e6:.0f} MB of weights": part("weights"),
     "· a 256-slot cache, not 80": 1 - part("80-slot cache"),
-    "· starting its operations (width 48)": part("width 48"),
+    "· at most: starting its operations (width 48)": part("width 48"),
 }
-flops = 2 * weight_bytes / 4  # a token's arithmetic, and the bare product's: 2 per weight
+flops = 2 * weight_bytes / 4  # the weights' arithmetic for a token, and the bare product's
 gflops = lambda x: f"{flops / (x * ms[1]) / 1e6:.0f}"  # ms[1] is in ms: 1e6, not 1e9
 table(
     f"a one-token pass ({ms[1]:.2f} ms), part by part (this machine, now)",
@@ -177,11 +180,13 @@ console.print(
 )
 slot = 2 * 2 * cfg.d_model * cfg.n_layer  # model.py's two attention einsums: flops a slot
 more = (cfg.n_ctx - 80) * slot  # the slots a 256-slot cache has beyond 80
+token_flops = flops + cfg.n_ctx * slot  # a token's arithmetic: weights and all 256 slots
 console.print(
     f"attention's arithmetic: {slot:,} flops a slot; all {cfg.n_ctx} slots are "
     f"{cfg.n_ctx * slot / flops:.0%} of the weights' {flops / 1e6:.2f} MFLOP, the "
     f"{cfg.n_ctx - 80} beyond 80 are {more / 1e6:.2f} MFLOP, {more / flops:.0%} of it: at the "
-    f"rate of the pass's arithmetic, {arithmetic * more / (flops + cfg.n_ctx * slot):.1%} of a pass"
+    f"rate of the pass's arithmetic ({token_flops / 1e6:.2f} MFLOP a token), "
+    f"{arithmetic * more / token_flops:.1%} of a pass"
 )
 cache_bytes = (cfg.n_ctx - 80) * cfg.n_layer * 2 * cfg.d_model * 4  # K and V, float32
 per_s = lambda nbytes, x: nbytes / (x * ms[1] / 1e3) / 1e9  # GB/s, ms[1] in ms
@@ -194,9 +199,11 @@ console.print(
 
 # %% [markdown]
 # Read the table from the bottom; what follows is what the runs this lesson was written on
-# showed (their ranges close this paragraph), so check it against yours. Starting every
-# operation of the pass cost a few percent of it: per-call overhead is not what a wide pass
-# saves here. Streaming the weights was a large share: the bare product did several times
+# showed (their ranges close this paragraph), so check it against yours. Starting the pass's
+# operations cost at most a few percent of it (the width-48 pass bounds it: it still streams
+# its own small weights and cache): per-operation overhead is not what a wide pass saves
+# here. (Python's cost per call is spread over 32 passes by the probe, as nanospec's loops
+# do.) Streaming the weights was a large share: the bare product did several times
 # fewer GFLOP/s than the same CPU did on the wide pass's arithmetic, so it waits for memory,
 # not for arithmetic. The KV cache was much of the rest: a pass works over the cache's whole buffer, so 256 slots cost more than 80 however few
 # are filled. That is neither arithmetic nor the cost of starting operations. Not arithmetic:
@@ -213,12 +220,14 @@ console.print(
 # other programs slow it more than the pass timed beside it: run the lesson again. In eleven
 # runs on the 2-core machine this lesson was written on, busy with other jobs, the fixed part
 # was 83–93% of a one-token pass, streaming the weights 37–70% (once, in a burst of load,
-# 119%), the larger cache 25–60% and starting the operations 2–5%.
+# 119%), the larger cache 25–60% and starting the operations 2–6%.
 #
 # So on this CPU a wide pass saves the work that grows with bytes, not tokens: the weights
 # streamed and the work on the cache's buffers, paid once for all its tokens. It does not
 # save arithmetic: each extra token adds arithmetic that a wide pass does not share, so
-# r(γ+1) grows with γ (docs/design.md §6), and by 16 tokens that arithmetic costs more than
-# the fixed part. The pass is compute-bound (its arithmetic outweighing the fixed part) only
-# when it carries more tokens than the count printed under the part-by-part table (about 9
-# when this was written, 11 in a reader's run later). On a GPU, design.md notes, r barely moves.
+# r(γ+1) grows with γ (docs/design.md §6). Where the arithmetic overtakes the fixed part is
+# the count printed under the part-by-part table (9 to 14 tokens in the runs so far; it moves
+# with the machine's load): past it the pass is compute-bound, its arithmetic outweighing the
+# fixed part. Where a one-token pass is bound by reading the weights — a GPU at batch 1, or
+# even this CPU with GPT-2-small's shape (r = 1.09, docs/results.md) — r barely moves; this
+# project has not measured a GPU.

@@ -13,9 +13,10 @@
 # that a draft is accepted is Σ_x min(p(x), q(x)), with p the target's next-token law and q the
 # draft's (lesson 04). Both models read the same text, the draft for more tokens (the table's
 # "tokens seen"); it has about a sixteenth of the parameters. What it loses is shown below: on
-# held-out running text — function words ("the", "of", ".") make up about a third of it — it
+# held-out running text — function words ("the", "of", "."; a few word pieces such as the "an"
+# of "Chilean" count too) make up about a third of it — it
 # is nearly as often right as the target, but on a rare fact it falls far behind. Being right
-# is not yet agreeing (the two can be right on different tokens), so the lesson then measures
+# is not yet agreeing (the two can be right at different positions), so the lesson then measures
 # agreement itself: on running text the draft mostly agrees with the target, and the target
 # is left to decide the hard tokens.
 #
@@ -71,6 +72,9 @@ console.print(
 
 # %% [markdown]
 # ## Their laws after "The capital of France is" (T = 1)
+#
+# T is the sampling temperature; T = 1 is each model's own softmax, with no top-k or top-p cut
+# (lesson 10 varies them).
 
 # %%
 PROMPT = "The capital of France is"
@@ -86,13 +90,13 @@ table(
     ["token", "target p", "", "draft q", ""],
     [
         [
-            repr(tok.token_str(int(t))),
-            f"{p[t]:.3f}",
-            bar(p[t], 1, 12),
-            f"{q[t]:.3f}",
-            bar(q[t], 1, 12),
+            repr(tok.token_str(int(x))),
+            f"{p[x]:.3f}",
+            bar(p[x], 1, 12),
+            f"{q[x]:.3f}",
+            bar(q[x], 1, 12),
         ]
-        for t in top
+        for x in top
     ],
 )
 overlap = float(np.minimum(p, q).sum())
@@ -157,8 +161,8 @@ claim(
 # ## Right is not the same as agreeing
 #
 # Acceptance asks whether the draft agrees with the *target*, not with the text: the two
-# models can both be right, or both wrong, on different tokens, and an accuracy gap of a few
-# points can hide a larger share of disagreement. So, on the same held-out tokens, how often
+# models can be right at different positions, and where both are wrong they can guess
+# differently, so an accuracy gap of a few points can hide a larger share of disagreement. So, on the same held-out tokens, how often
 # the draft's likeliest token is the target's, and the mean of Σ min(p, q) at T = 1 — the
 # chance that a draft sampled from q is accepted there (`evaluate.agreement`).
 

@@ -3,8 +3,9 @@
 #
 # **You will see** the reference loop (`nanospec/reference.py`) run at temperature 0 with the
 # shipped draft model: it writes exactly the text that autoregressive greedy decoding writes,
-# in far fewer target passes (each round also runs γ draft steps; what the passes cost is
-# lessons 01 and 09's question).
+# and the fast loop (`speculative.py`), which follows the same rule, does it in far fewer
+# target passes (each round also runs γ draft steps; what the passes cost is lessons 01 and
+# 09's question).
 #
 # **It explains** `nanospec/reference.py`, the whole algorithm in one screen — read it beside
 # this lesson.
@@ -102,9 +103,9 @@ console.print(
 # %%
 text = text_features(graphdef, params, [ids, ids], [ar, ar])  # AR's text, once per loop
 parted = text.parted([spec, fast])  # [] if both loops wrote AR's text
-for b, t, gap in parted:  # float32 only: where the target's top two logits (nearly) tie
+for b, at, gap in parted:  # float32 only: where the target's top two logits (nearly) tie
     console.print(
-        f"the {('reference', 'fast')[b]} loop's text parts from AR's at token {t}, "
+        f"the {('reference', 'fast')[b]} loop's text parts from AR's at token {at}, "
         f"where the target's top two logits are {gap:.1e} apart"
     )
 claim(
@@ -114,6 +115,6 @@ claim(
 )
 claim(
     rounds + 1 < len(ar) / 2,
-    f"it needed {rounds + 1} target passes for {len(fast)} tokens, "
-    f"fewer than half of autoregressive decoding's {len(ar)} (plus {GAMMA} draft steps a round)",
+    f"it needed {rounds + 1} target passes (and {GAMMA} draft steps in each of its {rounds} "
+    f"rounds) for {len(fast)} tokens, fewer than half of autoregressive decoding's {len(ar)}",
 )

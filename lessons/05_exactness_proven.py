@@ -116,8 +116,9 @@ table(
 )
 claim(
     abs(measured - (1 - tv(p, q))) < 4 * se,
-    "the verify rule's measured acceptance is within 4 standard errors of it (an exact rule "
-    "fails this for 6e-5 of seeds; the lesson's seed is fixed, so each run prints the same)",
+    f"the verify rule's measured acceptance, {measured:.4f}, is within 4 standard errors of "
+    f"1 − TV(p, q) = {1 - tv(p, q):.4f} (an exact rule fails this for 6e-5 of seeds; the "
+    "lesson's seed is fixed, so each run prints the same)",
 )
 
 # %% [markdown]
@@ -164,9 +165,11 @@ claim(
 # `residual`, and compare with the target's law. Then two tempting variants, enumerated the
 # same way: keeping x₂ after x₁ was rejected, and drawing the bonus from the draft's q instead
 # of p. To see the bonus, every comparison here is of the first *three* tokens of the text,
-# against p(y₁)·p(y₂ | y₁)·p(y₃ | y₂). The enumeration runs the lesson's own formulas (only
-# `residual` is verify.py's code), so what it shows holds by construction: it is printed, and
-# the next section runs the real rule.
+# against p(y₁)·p(y₂ | y₁)·p(y₃ | y₂). The enumeration runs the lesson's own formulas except
+# `residual`, which is verify.py's code: the verify rule's row is a check on that code (a
+# residual not normalised, or with q − p for p − q, would move it), so it is claimed; the two
+# variants' rows are arithmetic on fixed tables, so they are printed. The next section runs
+# the real rule.
 
 # %%
 PT = np.array([[0.6, 0.3, 0.1], [0.2, 0.2, 0.6], [0.1, 0.5, 0.4]])  # target: p(next | last)
@@ -240,25 +243,29 @@ table(
         for name, kw in variants.items()
     ],
 )
+claim(
+    off["the verify rule"] < 1e-12,
+    f"acceptance min(1, p/q) with verify.py's residual gives the target's law of the first "
+    f"three tokens (TV {off['the verify rule']:.0e} < 1e-12, float64 rounding)",
+)
 console.print(
-    f"enumerated: acceptance min(1, p/q) with verify.py's residual gives the target's law of "
-    f"the first three tokens (TV {off['the verify rule']:.0e}, float64 rounding); keeping a "
-    f"stale draft is off by {off['keep x₂ after a rejection']:.3f}, a bonus from q by "
-    f"{off['bonus drawn from q']:.3f}"
+    f"the variants, arithmetic on the fixed tables: keeping a stale draft is off by "
+    f"{off['keep x₂ after a rejection']:.3f}, a bonus from q by {off['bonus drawn from q']:.3f}"
 )
 
 # %% [markdown]
 # ## The real rule, sampled
 #
 # The enumeration used the formulas; now `verify_row` itself, γ = 2, on the same tables, over
-# N = 60,000 independent starts, each one round or two (a second round when the first emits
+# 60,000 independent starts (`N2`), each one round or two (a second round when the first emits
 # only one token). We record the first two tokens of the text and compare the 9 counts with
 # p(y₁)·p(y₂ | y₁).
 #
 # The *chi-square test* (first met in lesson 04) sums (observed − expected)² / expected over
 # the cells; with 9 cells it has 8 degrees of freedom if the rule is exact. Its p-value is
 # the chance of a sum at least this large from an exact rule, so requiring p > 1e-4 fails an
-# exact rule once in 10,000 runs: this claim's false-failure probability.
+# exact rule for one seed in 10,000: this claim's false-failure probability. The seed here is
+# fixed, so every run prints the same p-value.
 
 # %%
 N2 = 60_000
@@ -311,9 +318,11 @@ claim(
 # two siblings, 50% for the first alone). A round stays exact because each emitted token is
 # judged against the target's law given exactly what was emitted before it, which is why a
 # rejection ends the round and why the bonus is free. Lesson 06 shows four ways to get this
-# wrong, and lesson 16 (testing a sampler) asks how many samples it takes to catch them.
+# wrong, and lesson 16 (testing a sampler) asks how many samples it takes to catch such
+# mistakes (two of the four are among its broken samplers).
 #
 # The statistical suite does this at scale: `tests/statistical/test_verify_identity.py` is
 # the one-token enumeration for many random (p, q), read from `accept_reject` and `residual`
 # themselves (to 1e-9), and `test_joint_law.py` is the last section on the real `Speculator`
-# loop with tiny models (625 four-token sequences, N = 100,000, p-value > 1e-4).
+# loop with tiny models (625 four-token sequences, p-value > 1e-4; N = 100,000 in the slow
+# tests, 20,000 in the default run's smoke test).

@@ -51,20 +51,23 @@ loop = Speculator(graphdef=graphdef, cfg=cfg, drafter=drafter, gamma=GAMMA, eos_
 #
 # ★ marks a bonus token, ↻ the residual's draw. A round emits its accepted drafts and that
 # token, except where the run ends: the last round stops at N tokens (or EOS), whatever it drew.
+# A token in [brackets] was drawn but cut there: it never reached the text.
 
 # %%
 rows, counts, last, invariant = [], [], None, True
-for r, rnd in enumerate(loop.rounds(params, dparams, tokens, lengths, jax.random.key(SEED), T1, N)):
-    t, v = rnd.trace, rnd.trace.verdict
-    n, k = int(v.n_accepted[0]), int(rnd.trace.n_emitted[0])
+for i, rnd in enumerate(loop.rounds(params, dparams, tokens, lengths, jax.random.key(SEED), T1, N)):
+    trace, v = rnd.trace, rnd.trace.verdict
+    n, k = int(v.n_accepted[0]), int(trace.n_emitted[0])
     counts.append((n, k))  # drafts accepted, tokens emitted
-    drafts = [tok.token_str(int(x)) for x in t.drafts[0]]
+    drafts = [tok.token_str(int(x)) for x in trace.drafts[0]]
+    shown = [repr(d) if j < k else f"[{d!r}]" for j, d in enumerate(drafts[:n])]  # cut: [..]
+    extra = repr(tok.token_str(int(v.token[0])))
     rows.append(
         [
-            r + 1,
-            " ".join(repr(d) for d in drafts[:n]) or "—",
+            i + 1,
+            " ".join(shown) or "—",
             repr(drafts[n]) if n < GAMMA else "—",
-            ("★ " if bool(v.is_bonus[0]) else "↻ ") + repr(tok.token_str(int(v.token[0]))),
+            ("★ " if bool(v.is_bonus[0]) else "↻ ") + (extra if k > n else f"[{extra}]"),
             k,
         ]
     )
@@ -95,7 +98,7 @@ fast = generated(state, lengths)[0]
 reference = speculative_sampling(
     target, drafter, dparams, ids, GAMMA, T1, jax.random.key(SEED), N, tok.eos_id
 )
-console.print(PROMPT + tok.decode(t for t in fast if t != tok.eos_id), markup=False)
+console.print(PROMPT + tok.decode(x for x in fast if x != tok.eos_id), markup=False)
 claim(
     reference == fast, f"the reference loop and the loop object wrote the same {len(fast)} tokens"
 )

@@ -91,13 +91,13 @@ table(
     ["token", *SETTINGS],
     [
         [
-            repr(tok.token_str(int(t))),
+            repr(tok.token_str(int(x))),
             *(
-                f"{laws[n][t]:.3f} {bar(laws[n][t], 0.4, 6)}" if laws[n][t] > 0 else "cut"
+                f"{laws[n][x]:.3f} {bar(laws[n][x], 0.4, 6)}" if laws[n][x] > 0 else "cut"
                 for n in SETTINGS
             ),
         ]
-        for t in top
+        for x in top
     ]
     + [["tokens kept", *(int((laws[n] > 0).sum()) for n in SETTINGS)]],
 )
@@ -106,7 +106,7 @@ table(
 def draw(ax):
     for i, n in enumerate(SETTINGS):
         ax.bar(np.arange(8) + 0.2 * i - 0.3, laws[n][top], 0.2, label=n)
-    ax.set_xticks(range(8), [tok.token_str(int(t)) for t in top], rotation=30)
+    ax.set_xticks(range(8), [tok.token_str(int(x)) for x in top], rotation=30)
     ax.set_ylabel("probability")
     ax.legend()
 

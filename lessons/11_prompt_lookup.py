@@ -78,7 +78,7 @@ def seen(k):
 
 longest = max(k for k in range(ngram.min_ngram, ngram.max_ngram + 1) if seen(k))
 first, *later = seen(n)
-show = lambda toks: " ".join(repr(tok.token_str(t)) for t in toks)
+show = lambda toks: " ".join(repr(tok.token_str(x)) for x in toks)
 table(
     "prompt lookup on the students' copy",
     ["", "tokens"],
@@ -111,8 +111,9 @@ claim(
 # countries). A round whose last token never occurred before proposes nothing: the verify rule
 # draws that row's one token from the target's p, as a decode step does (and when no row of the
 # batch matched, the pass itself is a one-token decode step, `speculative.target_pass`). In the
-# table, *passes* counts rounds per row, one target pass each for that row (the 12 rows share
-# batched passes, so fewer run; the prompt's own pass aside), *no match* counts the rounds that
+# table, *tokens* and *passes* are totals over a workload's 4 rows: a row's passes are its
+# rounds, one target pass each for that row (the 12 rows share batched passes, so fewer run;
+# the prompt's own pass aside), *no match* counts the rounds that
 # proposed nothing (and their share), and *accept rate* is the share of the proposed drafts that
 # were kept.
 
@@ -179,8 +180,8 @@ claim(
 ar, _ = make_loop(bundle, "ar")
 ar_state, _ = ar.run(params, (), tokens, lengths, jax.random.key(0), GREEDY, N)
 parted = text_features(graphdef, params, rows_ids, generated(ar_state, lengths)).parted(spec)
-for row, t, gap in parted:  # float32 only: texts may part where the top two logits (nearly) tie
-    console.print(f"prompt {row} parts at token {t}: top-2 logit gap {gap:.1e}")
+for row, at, gap in parted:  # float32 only: texts may part where the top two logits (nearly) tie
+    console.print(f"prompt {row} parts at token {at}: top-2 logit gap {gap:.1e}")
 claim(
     all(gap < NEAR_TIE for _, _, gap in parted),
     f"prompt lookup wrote exactly the greedy text on {len(spec) - len(parted)} of {len(spec)} "
@@ -194,8 +195,9 @@ claim(
 # (here over half, in a short run of 4 prompts × 48 tokens; `nanospec bench` in docs/results.md,
 # 8 prompts × 128 tokens at γ = 2 to 15, measured 42–49% on code and 36–46% on facts, against
 # 18–29% on repetitive text), and the drafts of those that do copy are mostly discarded (the
-# first rejection ends the round), so a pass yields little more than one token (drafting costs
-# almost nothing either: `nanospec bench` shows prompt lookup's drafting cost as timing noise).
+# first rejection ends the round), so a pass yields few tokens (the *tokens / pass* column:
+# about 1.2 to 1.4 here, 1.5 to 2.3 in the longer bench runs), against over 3 on repetitive
+# text (drafting costs almost nothing either: `nanospec bench` shows prompt lookup's drafting cost as timing noise).
 # On repetitive text the continuation is sitting in the prompt, and copying it is nearly free
 # speed. A learned drafter (lessons 12–14) guesses everywhere; this one only where it has seen
 # the answer.

@@ -162,9 +162,12 @@ table(
 # ## What to look at
 #
 # The second table: both rows are about flat, and Medusa's never climbs to EAGLE's lowest
-# column. A drafter that sees its own drafts goes on as long as the text is predictable; one
-# that guesses blind is cut short far more often. Why *features* and not just tokens, as the
-# draft model does? The layer starts from everything the target's six layers worked out, and
-# only has to predict how that moves one step (docs/results.md: EAGLE accepts more per round
-# than the draft model on every workload). Lesson 14: multi-token prediction, autoregressive
-# too, without attention.
+# column. Here the drafter that sees its own drafts (EAGLE) goes on as long as the text is
+# predictable, and the one that guesses blind (Medusa) is cut short far more often; as said
+# above, that fits seeing the drafts, but the two heads differ in other ways too. Why
+# *features* and not just tokens, as the draft model does? The layer starts from everything
+# the target's six layers worked out, and only has to predict how that moves one step. That is
+# the likely reason EAGLE accepts more per round than the draft model on every workload
+# (docs/results.md), but not an isolated one: EAGLE is also distilled from the target's law,
+# while the draft model learned the corpus on its own. Lesson 14: multi-token prediction,
+# autoregressive too, without attention.

@@ -65,7 +65,7 @@ text, m = greedy_text(bundle, "mtp", ids, N, GAMMA)
 console.print(
     f"{m['generated_tokens']} tokens in {m['rounds']} rounds over the {len(ids)} rows, "
     f"one target pass each for its row (the rows share batched passes; plus one over "
-    f"the prompt): {m['tokens_per_target_call']:.2f} per round"
+    f"the prompt): {m['tokens_per_target_call']:.2f} tokens per round"
 )
 
 off = text.off_greedy()  # [(row, token, top-2 gap)] wherever a token is not the argmax
@@ -156,9 +156,11 @@ console.print(
 #
 # The parameters column: with a module per depth, MTP carries the most weights of the three,
 # and reads each depth's weights once a round; EAGLE reuses one layer for every draft. The MiB
-# column counts more than the parameters (4 bytes each): what a drafter derives from them at
-# load (EAGLE folds its layers into new matrices, `EagleFold`) and one row's state between
-# rounds — so EAGLE, with fewer parameters than MTP, holds more memory. Three
+# column counts more than the parameters (4 bytes each): what a drafter derives at load and
+# one row's state between rounds. EAGLE derives two things (`EagleFold`): its layers folded
+# into new matrices, and a table of the target's first feature for every one-token prompt
+# (2,048 × 384 numbers, 3.0 MiB, read only in such a prompt's first round) — so EAGLE, with
+# fewer parameters than MTP, holds more memory, and without that table about as much. Three
 # heads on one target: blind to their own drafts (Medusa), seeing the draft before through one
 # representation (MTP), attending over the whole history (EAGLE) — and at T = 0 all three
 # write the target's own greedy text (lessons 12, 13 and this one check it), a genuine

@@ -224,9 +224,9 @@ console.print(f"and then the {extra['type']} token {extra['text']!r}", markup=Fa
 # no better, z > 3.09 would happen one run in 1,000 (one-sided, rounds taken as independent;
 # they are not quite — a row's rounds share its prompt — and where they are correlated the
 # standard error is understated and that rate higher). The rounds are random, fixed by the
-# seed on one machine but not across machines (other rounding, other draws): over 24 seeds z
-# ran from 4.5 to 8.4, mean 6.9, a spread of about 1 (a second reader's 12 seeds: 0.9), and a
-# normal law fitted to that puts z below 3.09 in fewer than one run in 10,000.
+# seed on one machine but not across machines (other rounding, other draws). In the authors'
+# runs over 24 seeds (not repeated here), z ran from 4.5 to 8.4, mean 6.9: the lowest of the
+# 24 stood 1.4 above 3.09.
 
 # %%
 rows = lambda k, f: np.concatenate([np.asarray(f(t))[np.asarray(t.live)] for t, _ in done[k]])
@@ -257,9 +257,19 @@ claim(
 )
 
 # %% [markdown]
-# Why: this draft agrees with the target so often that an 8th draft in line is worth more than
-# a second guess at the first token. A second sample from q rarely lands where the residual
-# has its mass (where q under-proposed), so the hedge seldom pays.
+# Why: this draft agrees with the target so often that drafts 5 to 8 in line are worth far
+# more than a second branch at the first token, as the line below prints. A second sample
+# from q rarely lands where the residual has its mass (where q under-proposed), so the hedge
+# seldom pays.
+
+# %%
+tok4, tok_tree, tok8 = per_pass.values()
+console.print(
+    f"drafts 5 to 8 in line add {tok8 - tok4:.2f} tokens per pass (chain γ=8 less chain γ=4); "
+    f"a second branch of 4 nodes adds {tok_tree - tok4:.2f} (the tree less chain γ=4)"
+)
+
+# %% [markdown]
 #
 # ## What a wide pass costs
 #
@@ -320,7 +330,6 @@ table(
         for k, e in per_pass.items()
     ],
 )
-tok4, tok_tree, tok8 = per_pass.values()
 crossover, here = tok_tree / tok4, r[9] / r[5]  # the table's r(9) over its r(5)
 # The crossover's standard error: the tree's and the first branch's tokens come from the same
 # rounds, so the ratio's error is that of their mean difference, over the branch's mean.
@@ -340,6 +349,16 @@ console.print(
     f"r(9)/r(5) is "
     f"{here:.3f}, the probe's noise ±{noise:.3f} (over {len(per_repeat[9])} repeats), so "
     f"{verdict} (measured, not asserted)"
+)
+# Drafting counted: the tree's draft model makes 5 passes a round (4 over its nodes, 1 over
+# the kept path), the chain of 4's makes 4. Where every pass costs the same at any width
+# (r(n) = 1, and a draft pass c target passes), the tree wins where (5c + 1) / tok_tree <
+# (4c + 1) / tok4, that is c < (crossover − 1) / (5 − 4 · crossover).
+depth_c = (crossover - 1) / (5 - 4 * crossover) if 4 * crossover < 5 else float("inf")
+console.print(
+    f"drafting counted, where a pass costs the same at any width the tree beats the chain of "
+    f"its depth only where a draft pass costs less than c = {depth_c:.3f} target passes (its "
+    "5 draft passes a round against the chain's 4)"
 )
 figure(
     "15_token_trees",
@@ -384,8 +403,9 @@ table(
 slower = clock["tree"][2] / clock["chain"][2]
 share = (tok8 - tok_tree) / (8 * tok_tree - 5 * tok8) if 8 * tok_tree > 5 * tok8 else float("inf")
 console.print(
-    f"at r = 1 for both models the tree would win where a draft pass costs more than "
-    f"{share:.2f} target passes; on this machine it takes {slower:.2f}× the chain's "
+    f"where a pass costs the same at any width, for the target (r(n) = 1) and the draft "
+    f"model alike, the tree would win where a draft pass costs more than c = {share:.2f} "
+    f"target passes; on this machine it takes {slower:.2f}× the chain's "
     f"time per token, so here it {'loses' if slower > 1 else 'wins'} (measured, not "
     "asserted)"
 )
@@ -400,6 +420,10 @@ console.print(
 # hedging, and only a round of drafting that costs the tree less than the chain's can win it
 # the clock: draft passes dear enough, and no dearer for being wide, that its 5 undercut the
 # chain's 8 (above the share of a target pass printed above). Against the chain of its
-# own depth it wins where a pass over 9 tokens costs at most the crossover times one over 5:
-# where both cost about one pass, as on an accelerator. Trees belong with drafters that cannot
-# go deeper (Medusa's 4 heads, lesson 12) and with hardware where width is free.
+# own depth, drafting aside, it wins where a pass over 9 tokens costs at most the crossover
+# times one over 5, as where both cost about one pass; counting drafting, its 5 draft passes
+# against that chain's 4 must also cost less than the second child's gain: a draft pass under
+# the c printed above, where this draft model's c on this CPU is about 0.1 (docs/results.md,
+# the `c` column at γ = 4; an accelerator has its own). Trees belong with
+# drafters that cannot go deeper and cost little (Medusa's 4 heads, lesson 12) and with
+# hardware where width is free.

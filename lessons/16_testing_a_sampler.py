@@ -12,7 +12,8 @@
 # A sampler cannot be tested like a function: two correct runs give different outputs. So we
 # test its *law*, and every such test fails a correct sampler now and then (its false-failure
 # probability, δ, set by the threshold) and misses a broken one now and then (1 − its power,
-# set by N and by how broken the sampler is). nanospec's suite states both for every layer:
+# set by N, by δ and by how broken the sampler is). nanospec's suite states both for every
+# layer:
 #
 # 1. **Identity** (`test_verify_identity.py`, `test_tree_identity.py`): no sampling — the law
 #    implied by the rule's own acceptance probabilities and residual equals p to 1e-9, for 300
@@ -69,11 +70,12 @@ def at_temperature(law, temperature):
 # ## A correct sampler and four broken ones
 #
 # One round of γ = 1: draw x from q, let `verify` judge it against p — but tell it the draft's
-# law is `told` — and on a rejection keep the rule's residual draw or, broken, draw from a
-# `resample` law of our own. Two of the breaks are lesson 06's (resampling from p, q reported at
-# T = 0.5); one is new — after a rejection, remove x from p and resample, which is the right
-# residual for a *point-mass* draft (prompt lookup) and wrong for a sampled one; and one is
-# lesson 06's temperature mistake made small: q reported at T = 0.9.
+# law is q′ (`told` in the code; q′ = q is the right rule) — and on a rejection keep the rule's
+# residual draw or, broken, draw from a `resample` law of our own. Two of the breaks are lesson
+# 06's (resampling from p, q reported at T = 0.5); one is new — after a rejection, remove x from
+# p and resample, which is the right residual for a *point-mass* draft (prompt lookup) and wrong
+# for a sampled one; and one is lesson 06's temperature mistake made small: q reported at
+# T = 0.9.
 
 
 # %%
@@ -98,9 +100,9 @@ remove_x = (1 - np.eye(V)) * p / (1 - p[:, None])  # row x: p with x removed, re
 SAMPLERS = {  # name: (the law the rule is told, the law a rejected x is replaced from)
     "the verify rule": (q, None),
     "resample from p (06)": (q, np.tile(p, (V, 1))),
-    "q told at T = 0.5 (06)": (at_temperature(q, 0.5), None),
+    "q′ = q at T = 0.5 (06)": (at_temperature(q, 0.5), None),
     "point-mass residual": (q, remove_x),
-    "q told at T = 0.9": (at_temperature(q, 0.9), None),
+    "q′ = q at T = 0.9": (at_temperature(q, 0.9), None),
 }
 
 
@@ -208,7 +210,7 @@ for name, (tv, pred, power) in list(result.items())[1:]:
 
 def draw_pvalues(ax):
     # Only these two: the gross bugs' p-values all fall in the first bin (power 1.000 above).
-    for name in ("the verify rule", "q told at T = 0.9"):
+    for name in ("the verify rule", "q′ = q at T = 0.9"):
         ax.hist(pv[name], bins=20, range=(0, 1), histtype="step", linewidth=2, label=name)
     ax.axhline(TRIALS / 20, color="grey", linestyle=":", label="a uniform p-value")
     ax.set_xlabel("p-value")
@@ -217,8 +219,8 @@ def draw_pvalues(ax):
 
 
 figure("16_pvalues", draw_pvalues)
-low = {k: int(np.sum(pv[k] < 0.05)) for k in ("the verify rule", "q told at T = 0.9")}
-expect = TRIALS * 0.05, TRIALS * predicted_power(exact_law("q told at T = 0.9"), N, 0.05)
+low = {k: int(np.sum(pv[k] < 0.05)) for k in ("the verify rule", "q′ = q at T = 0.9")}
+expect = TRIALS * 0.05, TRIALS * predicted_power(exact_law("q′ = q at T = 0.9"), N, 0.05)
 console.print(
     f"p-values below 0.05 in {TRIALS:,} tests: "
     + ", ".join(f"{k!r} {c} (expected {e:.0f})" for (k, c), e in zip(low.items(), expect))
@@ -232,7 +234,7 @@ console.print(
 # suite's own threshold, δ = 1e-4 (each N's measured power has standard error at most 0.05).
 
 # %%
-SUBTLE, CURVE = "q told at T = 0.9", 100
+SUBTLE, CURVE = "q′ = q at T = 0.9", 100
 subtle = exact_law(SUBTLE)
 NS = [1_000 * 2**i for i in range(6)]
 long = draws(SUBTLE, 7_000, CURVE, NS[-1])
@@ -308,8 +310,9 @@ for n in (20_000, 100_000):  # lesson 06's N, and the suite's N spent on this on
 # layer 3 does. Look at the first table: a test that passes a correct sampler is worth nothing
 # until you have seen it fail a broken one. The last lines printed give this one-token test's
 # power against the subtle bug at lesson 06's N and at the suite's 100,000: a test is only as
-# sharp as its N. (The suite's own tests are four-token joint laws on tiny models, and their
-# power against their own breaks is what test_power.py measures.) With `--figures`,
+# sharp as its N. (The suite's own tests are mostly four-token joint laws on tiny models;
+# their power against their own breaks is what test_power.py and the power tests in the
+# drafter, tree and SSD files measure.) With `--figures`,
 # runs/lessons/16_pvalues.svg shows the right sampler's p-values spread evenly and the subtle
 # bug's leaning towards 0 (about 3× as many below 0.05 as the right sampler's, as predicted;
 # the line printed after the power claims gives this run's counts and the expected ones) — but mostly not below the first table's δ = 0.01 (its "rejected"

@@ -18,8 +18,8 @@
 # spare, so the extra work costs far less than the tokens it brings (on an accelerator the
 # wider pass costs nearly nothing extra, though the γ draft steps still cost γc; on this CPU
 # a γ = 4 round at 1 slot costs a small multiple of a plain step, which chapter 3 measures:
-# 1.2 to 3.2 plain steps in runs of this lesson on 2026-12-06, the one-slot step being the
-# one a busy machine moves most). A serving engine decodes many requests in one batch, and a
+# 1.2 to 3.2 plain steps in the runs of this lesson recorded so far, the one-slot step being
+# the one a busy machine moves most). A serving engine decodes many requests in one batch, and a
 # busy batch has less compute to spare. Whether speculation still pays depends on the batch,
 # on α and on the machine: so measure it, and choose γ step by step.
 #
@@ -80,7 +80,7 @@ console.print(f"among 7 others: {tok.decode(crowd)!r}", markup=False)
 claim(
     alone == crowd,
     f"the request wrote the same {len(alone)} tokens alone and among 7 "
-    "others: its neighbours change how fast it runs, never what it writes",
+    "others: with γ fixed, its neighbours change how fast it runs, never what it writes",
 )
 
 # %% [markdown]
@@ -192,6 +192,8 @@ for s in SLOTS:
         f"{at(s)}: a γ = 4 round costs {ratio[s]:.2f} plain steps; it breaks even "
         f"at α* = {star[s]:.2f}; measured α̂ = {alpha:.2f}"
     )
+# (Under a policy that picks γ from the load, chapters 4–5, the neighbours can change the γ
+# schedule, and at T > 0 which tokens are drawn, though never their law.)
 # Printed, not asserted: the ratio is the fastest of a few probes of a step some
 # milliseconds long, and on a busy laptop it moves by more than the margin (one run's margin
 # α̂ − α* was 0.12, where earlier runs had 0.36–0.41).
@@ -203,20 +205,21 @@ console.print(
 )
 
 # %% [markdown]
-# Why the load should matter (`serving/adaptive.py`, docs/design.md §6): on a GPU a step for
-# a few rows is memory-bound — it reads every weight whether the pass holds 1 token or 5 — so
-# a (γ+1)-token pass costs hardly more than a 1-token one, and a round costs little more
-# than a plain step plus its drafting. With many rows the pass becomes compute-bound: the
-# pass alone approaches γ+1 = 5 plain steps and the drafts add γ·c more; once the ratio reaches γ+1, α* = 1 and no
-# draft model is good enough. On the 2-core CPU this lesson was written on, the ratio at 16
-# slots stayed well below γ+1 in every run so far (1.55–2.12 plain steps in runs of
-# 2026-12-03 and -06), most likely because what a step costs whatever its width (the
-# weights, every row's cache, dispatch, the host's bookkeeping) is still a large share of it. Which load shows the
-# larger ratio changed from run to run, and a one-slot step, a few milliseconds long, is the
-# one a busy machine moves most (1.22 in one run, 3.24 in another): read the ratios above,
-# not a rule. How noisy they are shows in the table itself when a round comes out cheaper
-# than a plain step (a γ = 1 round once did, at 0.84×): a round makes a wider target pass and
-# drafts besides, so it cannot cost less; the gap is the probe's noise.
+# Why the load should matter (`serving/adaptive.py`, docs/design.md §6): on a GPU a step for a
+# few rows is memory-bound — it reads every weight whether the pass holds 1 token or 5 — so a
+# (γ+1)-token pass costs hardly more than a 1-token one, and a round costs little more than a
+# plain step plus its drafting. With many rows the pass becomes compute-bound: the pass alone
+# approaches γ+1 = 5 plain steps and the drafts add γ·c more; once the ratio reaches γ+1, α* = 1
+# and no draft model is good enough. On the 2-core CPU this lesson was written on, the ratio at
+# 16 slots stayed below γ+1 in every run so far (mostly 1.5 to 3 plain steps in runs of
+# 2026-12-03 to -07; on a machine busy with eight other jobs, once 0.60 and once 4.10), most
+# likely because what a step costs whatever its width (the weights, every row's cache, dispatch,
+# the host's bookkeeping) is still a large share of it. Which load shows the larger ratio
+# changed from run to run, and a one-slot step, a few milliseconds long, is the one a busy
+# machine moves most (1.22 in one run, 3.24 in another): read the ratios above, not a rule. How
+# noisy they are shows in the table itself when a round comes out cheaper than a plain step
+# (a γ = 1 round has, at 0.84× in one run and 0.38× in a busier one): a round makes a wider target
+# pass and drafts besides, so it cannot cost less; the gap is the probe's noise.
 #
 # ## 4. The cost model decides
 #
@@ -292,7 +295,7 @@ tps = {(s, m): row[m]["tokens_per_s"] for s, row in rows.items() for m in row}
 fixed = {"ar": "plain", "draft": f"{GAMMA} always"}
 table(
     f"closed loop: output tokens/s, {NEW} tokens a request (× = over ar)",
-    ["slots", "strategy", "tokens/s", "× ar", "steps at each γ", ""],
+    ["slots", "strategy", "tokens/s", "× ar", "steps at each γ, all loops", ""],
     [
         [
             s,
@@ -307,15 +310,13 @@ table(
 )
 
 # %% [markdown]
-# Most are lower than chapter 4's numbers, which count decode steps only: here every request
-# is prefilled (one at a time, at batch 1) and, in the three engines that can draft, so is the
-# draft model (`disable` pays that even when it never drafts) — a large share of 20 tokens a
-# request. Plain decoding at 1 slot can come out higher: chapter 4's γ = 0 is one step of the
-# speculating engine, timed on its own (chapter 2 times the `ar` engine's a little cheaper),
-# and on this CPU a step timed on its own costs more than one in a long run of them, a
-# quarter to a half more in the runs of 2026-12-03.
-# A few short loops are a small sample on a shared machine: the claims below keep to what
-# holds with room to spare.
+# Most are lower than chapter 4's numbers. Chapter 4 divides by the fastest of a few probed
+# steps, while a closed loop pays every step as the machine gives it; on top of that, every
+# request is prefilled (one at a time, at batch 1) and, in the three engines that can draft,
+# so is the draft model (`disable` pays that even when it never drafts): 16% of a 1-slot loop
+# for `ar` and 30% for `draft` in one measurement on a busy machine. A few short loops are a
+# small sample on a shared machine: one claim is asserted, with the whole of its margin, and
+# the rest is printed as this run's.
 
 # %%
 better = {s: max(tps[s, "ar"], tps[s, "draft"]) for s in SLOTS}
@@ -325,11 +326,11 @@ claim(  # 1.39-1.65× in the runs of 2026-12-03; two strategies running the same
     f"alone (1 slot), speculation served "
     f"{tps[1, 'draft'] / tps[1, 'ar']:.2f}× the tokens/s of plain decoding (asserted: more)",
 )
-claim(
-    all(tps[s, "adaptive"] > 0.6 * better[s] for s in SLOTS),
-    "adaptive reached "
+console.print(  # 49% to 103% at 1 slot over runs taking the same γ = 4 steps as draft
+    "in this run adaptive reached "
     + " and ".join(f"{tps[s, 'adaptive'] / better[s]:.0%} ({at(s)})" for s in SLOTS)
-    + " of the better of ar and draft (asserted: above 60%)",
+    + " of the better of ar and draft (printed, not asserted: on a busy laptop the same steps "
+    "have run at 0.7 to 1.7 times each other's speed from one short loop to the next)"
 )
 mix = gamma_mix(rows[16]["disable"]["gamma_share"])
 console.print(
@@ -377,10 +378,11 @@ console.print(
 # Reading a row's cache costs the same whether the row brings 1 token or γ+1: a round spreads
 # it over E(α, γ) tokens, a plain step over one. Make the caches short and that shared cost
 # shrinks, more of the step is arithmetic on the tokens themselves, and the extra tokens of a
-# round should cost more. At 16 slots on a 2-core CPU that is a small effect beside the
-# probe's noise: in three runs on 2026-12-03 a round went from 1.58 to 2.17, 1.64 to 2.01 and
-# 1.79 to 2.15 plain steps with the shorter caches, but in one on 2026-12-06 from 1.86 to
-# 1.78 (the line above prints this run's); the plain step itself became cheaper each time.
+# round should cost more. At 16 slots on a 2-core CPU the size of this effect varies widely
+# from run to run: a round went from 1.58 to 2.17, 1.64 to 2.01 and 1.79 to 2.15 plain steps
+# with the shorter caches in three runs on 2026-12-03, from 1.86 to 1.78 in one on -06 and
+# from 2.01 to 4.40 in one on -07 (the line above prints this run's); the plain step itself
+# became cheaper each time.
 # At 64 slots the effect is plain. The full sweep
 # (docs/results.md, "Speculation under load"): with caches for 80 tokens, plain decoding's
 # tokens/s at 64 slots roughly triples and speculation's edge falls from ~1.5× to ~1.05×.
@@ -392,7 +394,7 @@ console.print(
 # Speculation is not free: it buys fewer sequential steps with extra passes and drafts, and
 # what those cost depends on how busy the machine already is. On this machine, with this
 # pair of models, the measured step costs have said a γ = 4 round still pays at 16 slots in
-# every run so far (chapter 3 prints this run's), so the cost model kept drafting, while
+# the runs so far (chapter 3 prints this run's verdict), so the cost model kept drafting, while
 # vLLM's rule, at the threshold of 8 requests we gave it, stopped without asking. End to end,
 # with every request's prefill counted, less of that gain survives: chapter 5's table gives
 # draft's tokens/s over ar's at 16 slots in this run. Where a busy batch makes the ratio climb towards γ+1 (a GPU at large batch;

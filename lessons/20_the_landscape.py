@@ -17,8 +17,8 @@
 #
 #     P(y) = q(y)·a(y) + (1 − A)·f(y),      A = Σ_z q(z)·a(z), the rule's chance of acceptance
 #
-# (For the exact rule A is α, NOTATION.md's acceptance probability; the other rules' A is
-# written α here too, in the table and claims below: their acceptance, not Σ min(p, q).)
+# (For the exact rule, A = α, NOTATION.md's acceptance probability; for the other rules A is
+# their acceptance, not Σ min(p, q), and the table and claims below write A for every rule.)
 # Notation: lessons/NOTATION.md (one meaning per symbol, course-wide).
 
 # %%
@@ -133,7 +133,7 @@ gap = {name: np.array([tv(x, y) for x, y in zip(law, p)]) for name, (law, _) in 
 E = {name: expected_tokens(a, GAMMA) for name, a in alpha.items()}
 table(
     f"{len(p)} positions of the target's text, T = 1, γ = {GAMMA}",
-    ["rule", "α", "tokens / pass", "vs exact", "TV from p", ""],
+    ["rule", "A (acceptance)", "tokens / pass", "vs exact", "TV from p", ""],
     [
         [
             name,
@@ -171,7 +171,7 @@ claim(
 claim(
     alpha["typical (Medusa)"] > alpha["exact"],
     f"typical acceptance accepts more than the "
-    f"exact rule (α {alpha['typical (Medusa)']:.3f} against {alpha['exact']:.3f})",
+    f"exact rule (A = {alpha['typical (Medusa)']:.3f} against α = {alpha['exact']:.3f})",
 )
 claim(
     all(E[n] / E["exact"] - 1 < 0.10 for n in lossy),
@@ -280,8 +280,8 @@ claim(
 # last row shows at γ = 4 (γ + 1 tokens a pass): the ceiling for any rule, lossy or not. More acceptance
 # can be bought without giving up exactness: a better draft (1 − TV(p, q) is the ceiling
 # for one draft, the exactness-proven lesson), or several drafts per position (the
-# token-trees lesson). And at T = 0, with p one-hot and greedy drafts, the three rules are
-# one: keep the draft if it is the target's argmax, else emit the argmax. They differ only
+# token-trees lesson). And at T = 0, with p one-hot and greedy drafts, the exact rule, the
+# lenient ratio and typical acceptance are one: keep the draft if it is the target's argmax, else emit the argmax. They differ only
 # when the user asked for the target's randomness, which is what a lossy rule changes.
 #
 # ## Leviathan's condition: α > c

@@ -95,11 +95,13 @@ def engine_for(
 
 def measure(engines: dict, requests: list[Request], repeats: int) -> dict:
     """Every engine serves `requests` closed-loop, in turn, `repeats` times: per strategy the
-    median tokens/s and TPOT, and (with a policy) the share of steps taken at each γ."""
+    median tokens/s and TPOT, and (with a policy) the share of steps taken at each γ over all
+    the repeats."""
     runs = {name: [] for name in engines}
+    for engine in engines.values():
+        engine.steps_at = {}  # counted over every repeat below
     for _ in range(repeats):
         for name, engine in engines.items():
-            engine.steps_at = {}
             runs[name].append(closed_loop(engine, requests))
     row = {}
     for name, rs in runs.items():
