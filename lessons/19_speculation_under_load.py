@@ -111,7 +111,7 @@ small = Engine(Decoder(graphdef=dgraph, cfg=dcfg, eos_id=tok.eos_id), dpar, (), 
 step = {
     k: p[None]
     for k, p in probed(
-        {**{("target", s): ar[s] for s in SLOTS}, ("draft", 16): small}, rounds=4
+        {**{("target", s): ar[s] for s in SLOTS}, ("draft", 16): small}, rounds=8
     ).items()
 }
 table(
