@@ -76,12 +76,12 @@ table(
 # %%
 fmt = lambda law: "  ".join(f"{float(x):.2f}" for x in law)
 p3, onehots = jnp.array([0.5, 0.3, 0.2]), jnp.eye(3)[:2]
-rs, left = jax.jit(sibling_laws)(p3, onehots, jnp.ones(2, bool))
+rhos, left = jax.jit(sibling_laws)(p3, onehots, jnp.ones(2, bool))
 acc, _ = jax.jit(sibling_outcome)(p3, onehots, jnp.array([0, 1]))
 table(
     "two siblings",
     ["sibling", "token", "tested against ρ", "accepted with"],
-    [[k, k, fmt(rs[k]), f"{float(acc[k]):.2f}"] for k in range(2)]
+    [[k, k, fmt(rhos[k]), f"{float(acc[k]):.2f}"] for k in range(2)]
     + [["all rejected", "—", fmt(left), "draw from it"]],
 )
 console.print(
