@@ -92,12 +92,16 @@ wheelhouse: $(VENV)/.installed
 	@echo "wheelhouse/: $$(ls wheelhouse | wc -l) wheels for $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_platform(), sysconfig.get_python_version())')"
 
 # Re-pin constraints.txt to the newest releases: every extra into a fresh venv, then its versions.
-# Run `make test` on the result before committing it: the file means "what CI tested".
+# Run `make test` on the result before committing it: the file means "what CI tested". The
+# lines marked "only on" (what Windows or macOS install and Linux never does) stay as they are:
+# this venv cannot see them.
 constraints:
 	rm -rf .venv-pin && $(PYTHON) -m venv .venv-pin
 	.venv-pin/bin/python -m pip install --quiet --upgrade pip setuptools
 	.venv-pin/bin/python -m pip install --quiet '.[$(EXTRAS)]'
-	{ sed -n '/^#/p' constraints.txt; .venv-pin/bin/python -m pip freeze --all --exclude nanospec; } \
+	{ sed -n '/^#/p' constraints.txt; { .venv-pin/bin/python -m pip freeze --all --exclude nanospec; \
+	  grep ' # only on ' constraints.txt; } | .venv-pin/bin/python -c \
+	  'import sys; print(*sorted(sys.stdin, key=str.lower), sep="", end="")'; } \
 	  > constraints.txt.tmp && mv constraints.txt.tmp constraints.txt && rm -rf .venv-pin
 
 clean:

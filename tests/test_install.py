@@ -19,14 +19,17 @@ def canonical(name: str) -> str:
 
 
 def pins() -> dict[str, str]:
-    """constraints.txt as {name: version}; every line that is not a comment is name==version."""
+    """constraints.txt as {name: version}; every line that is not a comment is name==version,
+    perhaps followed by a comment ("  # only on Windows: ...")."""
     lines = [
-        ln
+        ln.split(" #")[0].strip()
         for ln in (REPO / "constraints.txt").read_text(encoding="utf-8").splitlines()
         if ln.strip() and not ln.startswith("#")
     ]
     bad = [ln for ln in lines if not re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+!\-]+", ln)]
     assert not bad, f"constraints.txt lines that pin no exact version: {bad}"
+    names = [canonical(ln.split("==")[0]) for ln in lines]
+    assert len(set(names)) == len(names), "constraints.txt pins a package twice"
     return {canonical(ln.split("==")[0]): ln.split("==")[1] for ln in lines}
 
 
@@ -56,6 +59,40 @@ def test_every_dependency_of_every_extra_is_pinned():
     assert not missing, f"requirements with no pin in constraints.txt: {missing}"
     for r in map(Requirement, wanted):  # and each pin satisfies its requirement
         assert r.specifier.contains(pinned[canonical(r.name)], prereleases=True), r
+
+
+# The laptops a room brings, as environment markers see them (packaging's names).
+PLATFORMS = {
+    "Linux x86-64": {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
+                     "platform_machine": "x86_64"},
+    "Linux arm64": {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
+                    "platform_machine": "aarch64"},
+    "macOS": {"sys_platform": "darwin", "platform_system": "Darwin", "os_name": "posix",
+              "platform_machine": "arm64"},
+    "Windows": {"sys_platform": "win32", "platform_system": "Windows", "os_name": "nt",
+                "platform_machine": "AMD64"},
+}  # fmt: skip
+
+
+def test_what_other_platforms_install_is_pinned_too():
+    """A requirement that only Windows or macOS installs (orbax-checkpoint's nest_asyncio on
+    Windows) never shows in a Linux venv, so `pip freeze` cannot pin it: constraints.txt pins it
+    by hand ("only on"), or that laptop takes whatever is newest on the day. Checked for every
+    installed distribution's requirements, on each platform and each Python from 3.11 to 3.13
+    (what a notebook-only package needs is checked where the notebook extra is installed)."""
+    pinned, missing = pins(), set()
+    for dist in metadata.distributions():
+        if canonical(dist.metadata["Name"]) not in pinned:
+            continue  # nanospec itself, or something installed beside the project
+        for req in map(Requirement, dist.requires or []):
+            if canonical(req.name) in pinned or req.marker is None:
+                continue  # a requirement with no marker is installed here, so freeze saw it
+            for where, env in PLATFORMS.items():
+                for minor in (11, 12, 13):
+                    python = {"python_version": f"3.{minor}", "python_full_version": f"3.{minor}.0"}
+                    if req.marker.evaluate({**env, **python, "extra": ""}):
+                        missing.add(f"{req.name} ({dist.metadata['Name']}, on {where})")
+    assert not missing, f"requirements no line of constraints.txt pins: {sorted(missing)}"
 
 
 def test_every_make_target_has_a_windows_command():
