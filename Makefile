@@ -17,6 +17,7 @@ EXTRAS := test,notebook,web,figures
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
 	  echo "nanospec needs Python 3.11 or newer, and $(if $(PYTHON),$(PYTHON) is older or missing,none is on the PATH): install one (python.org, 'brew install python@3.12', 'apt install python3.12') and run make PYTHON=/path/to/python3.12."; exit 2; }
+	$(if $(WHEELHOUSE),@$(PYTHON) -m nanospec.wheelhouse check $(WHEELHOUSE))
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip setuptools
 	$(PIP) -e '.[test]'
@@ -85,11 +86,14 @@ retrain: $(VENV)/.installed
 # Every wheel an install needs, the build backend (setuptools) and pip included, into
 # wheelhouse/, for a room without network: copy the repo with it, then `make WHEELHOUSE=wheelhouse
 # test` (or demo, lessons). The wheels are for this machine's platform and Python: run it once
-# on each kind of laptop in the room (lessons/WORKSHOP.md, "Before the day"; docs/install.md).
+# on each kind of laptop in the room, into the same folder, with the room's one Python
+# (lessons/WORKSHOP.md, "Before the day"; docs/install.md). wheelhouse/PLATFORMS.txt lists the
+# laptops it fits, and an install from it on any other refuses before making the venv
+# (nanospec/wheelhouse.py).
 wheelhouse: $(VENV)/.installed
 	$(BIN)/python -m pip download --quiet -c constraints.txt -d wheelhouse \
 	  pip setuptools '.[$(EXTRAS)]'
-	@echo "wheelhouse/: $$(ls wheelhouse | wc -l) wheels for $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_platform(), sysconfig.get_python_version())')"
+	@$(BIN)/python -m nanospec.wheelhouse record wheelhouse
 
 # Re-pin constraints.txt to the newest releases: every extra into a fresh venv, then its versions.
 # Run `make test` on the result before committing it: the file means "what CI tested". The
