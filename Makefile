@@ -59,16 +59,30 @@ test-all: $(VENV)/.installed
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -m "not slow and not repeat" -q
 
+# $(call extra,NAME,MODULES): install the extra NAME only if one of its MODULES is not found.
+# `make` installs the test extra, which brings figures' and web's: so `make figures`, `make
+# lessons FIGURES=1` and `make notebook` never reach for the index once they are there (a room
+# without network), and a first `make notebook` takes JupyterLab from WHEELHOUSE if given.
+extra = $(BIN)/python -c 'import importlib.util as u, sys; \
+          sys.exit(not all(map(u.find_spec, sys.argv[1:])))' $(2) || $(PIP) -e '.[$(1)]'
+
 # Every lesson in order, as a learner runs it, with how long each took (FIGURES=1: also write
 # the figures to runs/lessons/, which needs the optional matplotlib extra).
 lessons: $(VENV)/.installed
-	$(if $(FIGURES),$(PIP) -e '.[figures]')
+	$(if $(FIGURES),$(call extra,figures,matplotlib))
 	$(BIN)/python -m nanospec.teach $(if $(FIGURES),--figures)
 
 # One SVG per key idea of the course, for slides, into runs/figures/ (nanospec/slides.py).
 figures: $(VENV)/.installed
-	$(PIP) -e '.[figures]'
+	$(call extra,figures,matplotlib)
 	$(BIN)/python -m nanospec.slides --out runs/figures
+
+# The lessons as notebooks: JupyterLab (the notebook extra, installed the first time), where
+# a lesson opens with Open With → Notebook (jupytext reads lessons/NN_….py as one).
+.PHONY: notebook
+notebook: $(VENV)/.installed
+	$(call extra,notebook,jupyterlab jupytext)
+	$(BIN)/python -m jupyterlab
 
 bench: $(VENV)/.installed
 	$(BIN)/nanospec bench --json bench-facts-greedy.json

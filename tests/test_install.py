@@ -2,13 +2,17 @@
 commands kept in step with the Makefile (the offline install itself is tried by hand and
 recorded in lessons/WORKSHOP.md: it needs a fresh venv and the network off)."""
 
+import importlib.util
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,11 +101,64 @@ def test_what_other_platforms_install_is_pinned_too():
 
 def test_every_make_target_has_a_windows_command():
     """docs/install.md's table gives every make target as a command for PowerShell."""
-    phony = re.search(r"^\.PHONY:(.*)$", (REPO / "Makefile").read_text(encoding="utf-8"), re.M)
-    targets = phony.group(1).split()
+    make = (REPO / "Makefile").read_text(encoding="utf-8")
+    targets = [t for line in re.findall(r"^\.PHONY:(.*)$", make, re.M) for t in line.split()]
     doc = (REPO / "docs" / "install.md").read_text(encoding="utf-8")
     rows = set(re.findall(r"^\| `make ([\w-]+)` \|", doc, re.M))
     assert set(targets) == rows, f"Makefile targets {sorted(targets)}, documented {sorted(rows)}"
+
+
+# pip with nowhere to look: no index (and an unreachable one, should PIP_NO_INDEX be ignored),
+# no find-links, no configuration. An install of the project fails so at once (its build needs
+# setuptools from an index), so a make target that ran pip would fail.
+OFFLINE = {
+    **{k: v for k, v in os.environ.items() if k != "PIP_FIND_LINKS"},
+    "PIP_INDEX_URL": "http://127.0.0.1:9/",
+    "PIP_NO_INDEX": "1",
+    "PIP_CONFIG_FILE": os.devnull,
+}
+
+
+def make_here(tmp_path, *args: str, **kw) -> subprocess.CompletedProcess:
+    """Run make in the repository on this interpreter's environment (installed: a stamp in a
+    folder of its own stands for .venv/.installed), offline."""
+    venv = tmp_path / "venv"
+    venv.mkdir(exist_ok=True)
+    (venv / ".installed").touch()
+    argv = ["make", f"VENV={venv}", f"BIN={Path(sys.executable).parent}", *args]
+    return subprocess.run(
+        argv, cwd=REPO, env=OFFLINE, capture_output=True, encoding="utf-8", timeout=600, **kw
+    )
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed here")
+def test_make_figures_runs_offline_once_installed(tmp_path):
+    """`make figures` installs its extra only when matplotlib is missing: installed (the test
+    extra has it), it writes the slides with pip pointed at no index at all (where pip would
+    fail, and make with it)."""
+    done = make_here(tmp_path, "figures")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "figure written" in done.stdout and "ERROR" not in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed here")
+@pytest.mark.parametrize("target", [["lessons", "FIGURES=1"], ["notebook"]])
+def test_every_target_that_adds_an_extra_asks_first(tmp_path, target):
+    """The lines `make -n` prints for `make lessons FIGURES=1` and `make notebook`: the one that
+    names pip installs only after a check for the extra's modules fails. Run offline, that line
+    succeeds where the modules are found, and fails (pip ran) where one is not."""
+    printed = make_here(tmp_path, "-n", *target).stdout.splitlines()
+    installs = [line for line in printed if "pip install" in line]
+    assert len(installs) == 1 and " || " in installs[0], printed
+    check, install = installs[0].split(" || ")
+    modules = check.split("'")[-1].split()  # the modules named after the check's program
+    missing = installs[0].replace(f"' {' '.join(modules)} ||", "' no_such_module_here ||")
+    assert subprocess.run(
+        missing, shell=True, cwd=REPO, env=OFFLINE, capture_output=True
+    ).returncode
+    if not all(importlib.util.find_spec(m) for m in modules):
+        pytest.skip(f"{' '.join(modules)}: not all installed here (the notebook extra)")
+    assert subprocess.run(installs[0], shell=True, cwd=REPO, env=OFFLINE).returncode == 0
 
 
 def test_python_m_nanospec_is_the_command():
