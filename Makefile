@@ -14,16 +14,22 @@ EXTRAS := test,notebook,web,figures
 
 .PHONY: demo test test-all test-fast lessons figures bench eval retrain wheelhouse constraints clean
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+# .venv/.installed: the project with the test extra, all that `make test` needs; .venv/.workshop
+# (`make workshop`): with the workshop extra instead, what a participant runs and no test tools.
+$(VENV)/.installed $(VENV)/.workshop: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
 	  echo "nanospec needs Python 3.11 or newer, and $(if $(PYTHON),$(PYTHON) is older or missing,none is on the PATH): install one (python.org, 'brew install python@3.12', 'apt install python3.12') and run make PYTHON=/path/to/python3.12."; exit 2; }
 	$(if $(WHEELHOUSE),@$(PYTHON) -m nanospec.wheelhouse check $(WHEELHOUSE))
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip setuptools
-	$(PIP) -e '.[test]'
+	$(PIP) -e '.[$(if $(filter %/.workshop,$@),workshop,test)]'
 	touch $@
 
-demo: $(VENV)/.installed
+# The install that the targets a participant runs need: .venv/.installed, or .venv/.workshop
+# where only that one is there (so `make workshop`, then `make demo`, installs nothing more).
+INSTALLED := $(or $(if $(wildcard $(VENV)/.installed),,$(wildcard $(VENV)/.workshop)),$(VENV)/.installed)
+
+demo: $(INSTALLED)
 	$(BIN)/nanospec demo
 
 # Every test, the large-N statistical runs included (this is what CI runs), less the repeated
@@ -68,30 +74,36 @@ extra = $(BIN)/python -c 'import importlib.util as u, sys; \
 
 # Every lesson in order, as a learner runs it, with how long each took (FIGURES=1: also write
 # the figures to runs/lessons/, which needs the optional matplotlib extra).
-lessons: $(VENV)/.installed
+lessons: $(INSTALLED)
 	$(if $(FIGURES),$(call extra,figures,matplotlib))
 	$(BIN)/python -m nanospec.teach $(if $(FIGURES),--figures)
 
 # One SVG per key idea of the course, for slides, into runs/figures/ (nanospec/slides.py).
-figures: $(VENV)/.installed
+figures: $(INSTALLED)
 	$(call extra,figures,matplotlib)
 	$(BIN)/python -m nanospec.slides --out runs/figures
+
+# The lighter install for a workshop's participants (lessons/WORKSHOP.md, "Before the day"): the
+# lessons, exercises, demo (--web too), notebooks and figures, and none of the test tools
+# (pytest, playwright, schemathesis, ...): docs/install.md has what it saves.
+.PHONY: workshop
+workshop: $(VENV)/.workshop
 
 # The lessons as notebooks: JupyterLab (the notebook extra, installed the first time), where
 # a lesson opens with Open With → Notebook (jupytext reads lessons/NN_….py as one).
 .PHONY: notebook
-notebook: $(VENV)/.installed
+notebook: $(INSTALLED)
 	$(call extra,notebook,jupyterlab jupytext)
 	$(BIN)/python -m jupyterlab
 
-bench: $(VENV)/.installed
+bench: $(INSTALLED)
 	$(BIN)/nanospec bench --json bench-facts-greedy.json
 
-eval: $(VENV)/.installed
+eval: $(INSTALLED)
 	$(BIN)/nanospec eval
 
 # Rebuild every shipped checkpoint from scratch (about an hour on a 2-core CPU).
-retrain: $(VENV)/.installed
+retrain: $(INSTALLED)
 	$(BIN)/nanospec train tokenizer
 	$(BIN)/nanospec train target --no-resume
 	$(BIN)/nanospec train draft --no-resume
@@ -104,7 +116,7 @@ retrain: $(VENV)/.installed
 # (lessons/WORKSHOP.md, "Before the day"; docs/install.md). wheelhouse/PLATFORMS.txt lists the
 # laptops it fits, and an install from it on any other refuses before making the venv
 # (nanospec/wheelhouse.py).
-wheelhouse: $(VENV)/.installed
+wheelhouse: $(INSTALLED)
 	$(BIN)/python -m pip download --quiet -c constraints.txt -d wheelhouse \
 	  pip setuptools '.[$(EXTRAS)]'
 	@$(BIN)/python -m nanospec.wheelhouse record wheelhouse

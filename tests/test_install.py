@@ -119,12 +119,13 @@ OFFLINE = {
 }
 
 
-def make_here(tmp_path, *args: str, **kw) -> subprocess.CompletedProcess:
+def make_here(tmp_path, *args: str, stamp=".installed", **kw) -> subprocess.CompletedProcess:
     """Run make in the repository on this interpreter's environment (installed: a stamp in a
-    folder of its own stands for .venv/.installed), offline."""
+    folder of its own stands for .venv/.installed, or `stamp`), offline."""
     venv = tmp_path / "venv"
     venv.mkdir(exist_ok=True)
-    (venv / ".installed").touch()
+    if stamp:
+        (venv / stamp).touch()
     argv = ["make", f"VENV={venv}", f"BIN={Path(sys.executable).parent}", *args]
     return subprocess.run(
         argv, cwd=REPO, env=OFFLINE, capture_output=True, encoding="utf-8", timeout=600, **kw
@@ -159,6 +160,35 @@ def test_every_target_that_adds_an_extra_asks_first(tmp_path, target):
     if not all(importlib.util.find_spec(m) for m in modules):
         pytest.skip(f"{' '.join(modules)}: not all installed here (the notebook extra)")
     assert subprocess.run(installs[0], shell=True, cwd=REPO, env=OFFLINE).returncode == 0
+
+
+TEST_TOOLS = {"pytest", "pytest-xdist", "hypothesis", "playwright", "schemathesis", "ruff"}
+
+
+def test_the_workshop_extra_is_what_the_workshop_runs_and_no_test_tool():
+    """`.[workshop]`: the lessons' statistics, the figures, `demo --web` and the notebooks,
+    exactly those extras together, and nothing that only the tests use."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"
+    ]
+    names = lambda extra: {canonical(Requirement(r).name) for r in extras[extra]}
+    assert names("workshop") == set().union(*map(names, ("lessons", "figures", "web", "notebook")))
+    assert not names("workshop") & TEST_TOOLS and TEST_TOOLS <= names("test")
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed here")
+def test_after_make_workshop_a_participants_targets_install_nothing_more(tmp_path):
+    """With only the workshop install there (.venv/.workshop), `make demo`, `lessons`,
+    `figures` and `notebook` make no venv and install nothing but a missing extra (asked
+    first); `make test` installs the test extra; a fresh `make workshop`, the workshop one."""
+    plan = lambda target, stamp=".workshop": make_here(tmp_path, "-n", target, stamp=stamp).stdout
+    for target in ("demo", "lessons", "figures", "notebook"):
+        printed = plan(target)
+        assert "-m venv" not in printed and "-e '.[test]'" not in printed, (target, printed)
+    assert "-e '.[test]'" in plan("test")
+    (tmp_path / "venv" / ".workshop").unlink()
+    fresh = plan("workshop", stamp=None)
+    assert "-m venv" in fresh and "-e '.[workshop]'" in fresh and "-e '.[test]'" not in fresh
 
 
 def test_python_m_nanospec_is_the_command():
