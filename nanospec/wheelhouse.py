@@ -62,7 +62,9 @@ def record(folder: Path) -> str:
         temp.write_text(text, encoding="utf-8")
         temp.replace(folder / RECORD)
     wheels = len(list(folder.glob("*.whl")))
-    return f"{folder}/: {wheels} wheels, for {'; '.join(map(described, laptops))}"
+    return (
+        f"{folder}/: {wheels} wheel{'s' * (wheels != 1)}, for {'; '.join(map(described, laptops))}"
+    )
 
 
 def use_python(version: str, folder: Path) -> str:
@@ -86,10 +88,10 @@ def refusal(folder: Path, laptops: list[tuple[str, str, str]]) -> str | None:
     system, cpu, python = here
     same_kind = sorted({p for s, c, p in laptops if (s, c) == (system, cpu)})
     if same_kind:
-        versions = " or ".join(same_kind)
+        versions, fix = " or ".join(same_kind), use_python(same_kind[0], folder)
         return (
             f"{folder}/ holds wheels for Python {versions} on {system} {cpu}, not for this "
-            f"Python {python}: install with Python {same_kind[0]} ({use_python(same_kind[0], folder)}), "
+            f"Python {python}: install with Python {same_kind[0]} ({fix}), "
             f"or make a wheelhouse with Python {python} (make wheelhouse)."
         )
     room = sorted({p for _, _, p in laptops})
@@ -102,6 +104,7 @@ def refusal(folder: Path, laptops: list[tuple[str, str, str]]) -> str | None:
 
 
 def main(argv: list[str]) -> int:
+    """`record FOLDER` or `check FOLDER`; the exit status is 2 for a refusal or a mistake."""
     if len(argv) != 2 or argv[0] not in ("record", "check"):
         print("usage: python -m nanospec.wheelhouse record|check FOLDER", file=sys.stderr)
         return 2

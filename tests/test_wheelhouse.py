@@ -42,7 +42,7 @@ def test_record_writes_this_laptop_once_and_keeps_the_others(tmp_path):
     assert wheelhouse.read(folder) == [("Windows", "x86-64", PYTHON), this_laptop()]
     assert (
         said
-        == f"{folder}/: 1 wheels, for Windows x86-64 Python {PYTHON}; {described(this_laptop())}"
+        == f"{folder}/: 1 wheel, for Windows x86-64 Python {PYTHON}; {described(this_laptop())}"
     )
     assert check(folder).returncode == 0
 
