@@ -89,8 +89,9 @@ figures: $(INSTALLED)
 .PHONY: workshop
 workshop: $(VENV)/.workshop
 
-# The lessons as notebooks: JupyterLab (the notebook extra, installed the first time), where
-# a lesson opens with Open With → Notebook (jupytext reads lessons/NN_….py as one).
+# The lessons as notebooks: JupyterLab (the notebook extra, installed if it is not there yet;
+# the workshop install has it), where a lesson opens with Open With → Notebook (jupytext reads
+# lessons/NN_….py as one).
 .PHONY: notebook
 notebook: $(INSTALLED)
 	$(call extra,notebook,jupyterlab jupytext)
