@@ -8,8 +8,8 @@ and leaves the kernel running.
 
 Figures: the terminal gets rich tables and bars; run a lesson with `--figures` and
 `figure(name, draw)` also writes runs/lessons/<name>.svg for a slide (matplotlib, the optional
-`figures` extra: `pip install -e '.[figures]'`; $NANOSPEC_FIGURES names another folder). In a
-notebook, every figure is drawn inline instead.
+`figures` extra: `pip install -c constraints.txt -e '.[figures]'`; $NANOSPEC_FIGURES names
+another folder). In a notebook, every figure is drawn inline instead.
 
 `python -m nanospec.teach [--figures]` (`make lessons`) runs every lesson in order, each as
 its own process exactly as a learner runs it, prints how long each took, and lists every
@@ -132,7 +132,10 @@ def figure(name: str, draw) -> None:
             matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        console.print("--figures needs matplotlib: pip install -e '.[figures]'", markup=False)
+        console.print(
+            "--figures needs matplotlib: pip install -c constraints.txt -e '.[figures]'",
+            markup=False,
+        )
         if inline:
             return
         sys.exit(2)

@@ -116,7 +116,7 @@ def serve(args) -> None:
     except ImportError:
         raise UserError(
             "--web serves the demo through textual-serve, which is not installed; "
-            "install the web extra: pip install -e '.[web]'."
+            "install the web extra: pip install -c constraints.txt -e '.[web]'."
         ) from None
 
     visitors: set[asyncio.Task] = set()  # one per open page: the task serving its websocket

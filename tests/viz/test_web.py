@@ -266,7 +266,7 @@ def test_without_textual_serve_it_names_the_extra(monkeypatch, capsys, never_ser
     assert main(["demo", "--web", "--port", str(free_port())]) == 2
     assert capsys.readouterr().err == (
         "nanospec: error: --web serves the demo through textual-serve, which is not installed; "
-        "install the web extra: pip install -e '.[web]'.\n"
+        "install the web extra: pip install -c constraints.txt -e '.[web]'.\n"
     )
 
 
