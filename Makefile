@@ -14,15 +14,22 @@ EXTRAS := test,notebook,web,figures
 
 .PHONY: demo test test-all test-fast lessons figures bench eval retrain wheelhouse constraints clean
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+# .venv/.installed: the project with the test extra, all that `make test` needs; .venv/.workshop
+# (`make workshop`): with the workshop extra instead, what a participant runs and no test tools.
+$(VENV)/.installed $(VENV)/.workshop: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
 	  echo "nanospec needs Python 3.11 or newer, and $(if $(PYTHON),$(PYTHON) is older or missing,none is on the PATH): install one (python.org, 'brew install python@3.12', 'apt install python3.12') and run make PYTHON=/path/to/python3.12."; exit 2; }
+	$(if $(WHEELHOUSE),@$(PYTHON) -m nanospec.wheelhouse check $(WHEELHOUSE))
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip setuptools
-	$(PIP) -e '.[test]'
+	$(PIP) -e '.[$(if $(filter %/.workshop,$@),workshop,test)]'
 	touch $@
 
-demo: $(VENV)/.installed
+# The install that the targets a participant runs need: .venv/.installed, or .venv/.workshop
+# where only that one is there (so `make workshop`, then `make demo`, installs nothing more).
+INSTALLED := $(or $(if $(wildcard $(VENV)/.installed),,$(wildcard $(VENV)/.workshop)),$(VENV)/.installed)
+
+demo: $(INSTALLED)
 	$(BIN)/nanospec demo
 
 # Every test, the large-N statistical runs included (this is what CI runs), less the repeated
@@ -58,25 +65,46 @@ test-all: $(VENV)/.installed
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -m "not slow and not repeat" -q
 
+# $(call extra,NAME,MODULES): install the extra NAME only if one of its MODULES is not found.
+# `make` installs the test extra, which brings figures' and web's: so `make figures`, `make
+# lessons FIGURES=1` and `make notebook` never reach for the index once they are there (a room
+# without network), and a first `make notebook` takes JupyterLab from WHEELHOUSE if given.
+extra = $(BIN)/python -c 'import importlib.util as u, sys; \
+          sys.exit(not all(map(u.find_spec, sys.argv[1:])))' $(2) || $(PIP) -e '.[$(1)]'
+
 # Every lesson in order, as a learner runs it, with how long each took (FIGURES=1: also write
 # the figures to runs/lessons/, which needs the optional matplotlib extra).
-lessons: $(VENV)/.installed
-	$(if $(FIGURES),$(PIP) -e '.[figures]')
+lessons: $(INSTALLED)
+	$(if $(FIGURES),$(call extra,figures,matplotlib))
 	$(BIN)/python -m nanospec.teach $(if $(FIGURES),--figures)
 
 # One SVG per key idea of the course, for slides, into runs/figures/ (nanospec/slides.py).
-figures: $(VENV)/.installed
-	$(PIP) -e '.[figures]'
+figures: $(INSTALLED)
+	$(call extra,figures,matplotlib)
 	$(BIN)/python -m nanospec.slides --out runs/figures
 
-bench: $(VENV)/.installed
+# The lighter install for a workshop's participants (lessons/WORKSHOP.md, "Before the day"): the
+# lessons, exercises, demo (--web too), notebooks and figures, and none of the test tools
+# (pytest, playwright, schemathesis, ...): docs/install.md has what it saves.
+.PHONY: workshop
+workshop: $(VENV)/.workshop
+
+# The lessons as notebooks: JupyterLab (the notebook extra, installed if it is not there yet;
+# the workshop install has it), where a lesson opens with Open With → Notebook (jupytext reads
+# lessons/NN_….py as one).
+.PHONY: notebook
+notebook: $(INSTALLED)
+	$(call extra,notebook,jupyterlab jupytext)
+	$(BIN)/python -m jupyterlab
+
+bench: $(INSTALLED)
 	$(BIN)/nanospec bench --json bench-facts-greedy.json
 
-eval: $(VENV)/.installed
+eval: $(INSTALLED)
 	$(BIN)/nanospec eval
 
 # Rebuild every shipped checkpoint from scratch (about an hour on a 2-core CPU).
-retrain: $(VENV)/.installed
+retrain: $(INSTALLED)
 	$(BIN)/nanospec train tokenizer
 	$(BIN)/nanospec train target --no-resume
 	$(BIN)/nanospec train draft --no-resume
@@ -85,19 +113,26 @@ retrain: $(VENV)/.installed
 # Every wheel an install needs, the build backend (setuptools) and pip included, into
 # wheelhouse/, for a room without network: copy the repo with it, then `make WHEELHOUSE=wheelhouse
 # test` (or demo, lessons). The wheels are for this machine's platform and Python: run it once
-# on each kind of laptop in the room (lessons/WORKSHOP.md, "Before the day"; docs/install.md).
-wheelhouse: $(VENV)/.installed
+# on each kind of laptop in the room, into the same folder, with the room's one Python
+# (lessons/WORKSHOP.md, "Before the day"; docs/install.md). wheelhouse/PLATFORMS.txt lists the
+# laptops it fits, and an install from it on any other refuses before making the venv
+# (nanospec/wheelhouse.py).
+wheelhouse: $(INSTALLED)
 	$(BIN)/python -m pip download --quiet -c constraints.txt -d wheelhouse \
 	  pip setuptools '.[$(EXTRAS)]'
-	@echo "wheelhouse/: $$(ls wheelhouse | wc -l) wheels for $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_platform(), sysconfig.get_python_version())')"
+	@$(BIN)/python -m nanospec.wheelhouse record wheelhouse
 
 # Re-pin constraints.txt to the newest releases: every extra into a fresh venv, then its versions.
-# Run `make test` on the result before committing it: the file means "what CI tested".
+# Run `make test` on the result before committing it: the file means "what CI tested". The
+# lines marked "only on" (what Windows or macOS install and Linux never does) stay as they are:
+# this venv cannot see them.
 constraints:
 	rm -rf .venv-pin && $(PYTHON) -m venv .venv-pin
 	.venv-pin/bin/python -m pip install --quiet --upgrade pip setuptools
 	.venv-pin/bin/python -m pip install --quiet '.[$(EXTRAS)]'
-	{ sed -n '/^#/p' constraints.txt; .venv-pin/bin/python -m pip freeze --all --exclude nanospec; } \
+	{ sed -n '/^#/p' constraints.txt; { .venv-pin/bin/python -m pip freeze --all --exclude nanospec; \
+	  grep ' # only on ' constraints.txt; } | .venv-pin/bin/python -c \
+	  'import sys; print(*sorted(sys.stdin, key=str.lower), sep="", end="")'; } \
 	  > constraints.txt.tmp && mv constraints.txt.tmp constraints.txt && rm -rf .venv-pin
 
 clean:

@@ -41,7 +41,9 @@ def pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UserError("make figures needs matplotlib: pip install -e '.[figures]'.") from None
+        raise UserError(
+            "make figures needs matplotlib: pip install -c constraints.txt -e '.[figures]'."
+        ) from None
     return plt
 
 

@@ -8,8 +8,8 @@ and leaves the kernel running.
 
 Figures: the terminal gets rich tables and bars; run a lesson with `--figures` and
 `figure(name, draw)` also writes runs/lessons/<name>.svg for a slide (matplotlib, the optional
-`figures` extra: `pip install -e '.[figures]'`; $NANOSPEC_FIGURES names another folder). In a
-notebook, every figure is drawn inline instead.
+`figures` extra: `pip install -c constraints.txt -e '.[figures]'`; $NANOSPEC_FIGURES names
+another folder). In a notebook, every figure is drawn inline instead.
 
 `python -m nanospec.teach [--figures]` (`make lessons`) runs every lesson in order, each as
 its own process exactly as a learner runs it, prints how long each took, and lists every
@@ -45,12 +45,14 @@ from nanospec import (
     SHIPPED,  # noqa: F401 (the lessons import it from here)
     compile_cache,
 )
+from nanospec.fileio import atomic_write
 from nanospec.machine import cores, cpu_name
 from nanospec.measure.tables import CONSOLE, table  # noqa: F401 (lessons import table here)
 
 REPO = Path(__file__).resolve().parent.parent
 LESSONS = REPO / "lessons"
 FIGURES = Path(os.environ.get("NANOSPEC_FIGURES", REPO / "runs" / "lessons"))
+PYTHON = ".venv/bin/python" if os.name == "posix" else r".venv\Scripts\python"  # as make made it
 console = CONSOLE  # the tables' console: prints and tables in one stream
 compile_cache.enable()  # as the CLI does: a lesson run again loads its programs, not compiles
 # Full float32 matrix products, on GPUs too (JAX's default there is TF32, ~1e-3 relative
@@ -130,7 +132,10 @@ def figure(name: str, draw) -> None:
             matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        console.print("--figures needs matplotlib: pip install -e '.[figures]'", markup=False)
+        console.print(
+            "--figures needs matplotlib: pip install -c constraints.txt -e '.[figures]'",
+            markup=False,
+        )
         if inline:
             return
         sys.exit(2)
@@ -142,8 +147,6 @@ def figure(name: str, draw) -> None:
         display(fig)
         plt.close(fig)
         return
-    from nanospec.fileio import atomic_write
-
     buf = io.StringIO()
     fig.savefig(buf, format="svg")
     plt.close(fig)
@@ -171,8 +174,6 @@ def run_all(flags: list[str]) -> int:
     """Run every lesson in order as a learner would; print and save (runs/lessons/timings.json)
     how long each took. A lesson that fails does not stop the rest: every failure is listed
     at the end, and the status is then 1."""
-    from nanospec.fileio import atomic_write
-
     seconds, failed = {}, []
     for path in lesson_files():
         s, code = run_lesson(path, flags)
@@ -302,8 +303,6 @@ def run_spread(n: int, out: Path, flags: list[str], load_k: int = 0) -> int:
     loops beside them, and write what their claims printed to `out` as a markdown table. The
     status is 1 if any run of any lesson failed; the table is written either way, with the
     failures in it."""
-    from nanospec.fileio import atomic_write
-
     runs, seconds, stopped, load = [], defaultdict(list), defaultdict(int), [load_average()]
     spinning = busy_loops(load_k)
     try:
@@ -329,7 +328,7 @@ def run_spread(n: int, out: Path, flags: list[str], load_k: int = 0) -> int:
         "",
         f"Every lesson run {n} times on {date.today():%Y-%m-%d}: {machine()}"
         + (f", with {load_k} busy loops beside them (`--load {load_k}`)" if load_k else "")
-        + f". Written by `python -m nanospec.teach --spread {n}{loaded} --out {shown}`: run it "
+        + f". Written by `{PYTHON} -m nanospec.teach --spread {n}{loaded} --out {shown}`: run it "
         "again to refresh it.",
         "",
         (
@@ -350,8 +349,8 @@ def run_spread(n: int, out: Path, flags: list[str], load_k: int = 0) -> int:
 
 def load_sentence(load: list[float]) -> str:
     """How busy the machine was while the lessons ran, in words (the table's header)."""
-    if not load:  # Windows keeps no load average
-        return "this system keeps no load average to say how busy the machine was."
+    if not load:  # Windows keeps no load average (os.getloadavg is missing there)
+        return "the one-minute load average was n/a: this system keeps none."
     return (
         f"the one-minute load average was {min(load):.1f}–{max(load):.1f} while these ran, on "
         f"{cores()} cores (a load near or above the core count means the lessons shared the "

@@ -213,7 +213,8 @@ def test_figures_without_matplotlib_is_one_sentence_and_exit_2(monkeypatch, caps
         teach.figure("never", lambda ax: None)
     assert done.value.code == 2
     assert (
-        capsys.readouterr().out.strip() == "--figures needs matplotlib: pip install -e '.[figures]'"
+        capsys.readouterr().out.strip()
+        == "--figures needs matplotlib: pip install -c constraints.txt -e '.[figures]'"
     )
 
 

@@ -1,6 +1,8 @@
 """`python -m nanospec.measure.quick_compile`: a program compiled both ways, side by side."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -30,3 +32,20 @@ def test_a_bad_argument_is_one_sentence_and_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as done:
         quick_compile.main(argv)
     assert done.value.code == 2 and "Traceback" not in capsys.readouterr().err
+
+
+def test_it_runs_where_there_is_no_resource_module():
+    """Windows has no `resource` module: the script still imports, and counts CPU seconds."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.modules['resource'] = None\n"  # None: `import resource` fails
+            "from nanospec.measure import quick_compile\n"
+            "print(quick_compile.cpu_seconds() > 0)",
+        ],
+        capture_output=True,
+        encoding="utf-8",
+        timeout=300,
+    )
+    assert done.returncode == 0 and done.stdout == "True\n", done.stderr

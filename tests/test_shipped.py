@@ -4,11 +4,14 @@ These are the only tests (with tests/statistical/test_greedy_identity.py and
 test_two_sample.py) that load the real weights.
 """
 
+import html
 import json
+import re
 
 import pytest
 
 from nanospec.checkpoint import load_models, read_manifest
+from nanospec.cli import main
 from nanospec.decode import Bundle, decode
 from nanospec.fileio import sha256_file
 from nanospec.measure.evaluate import (
@@ -133,3 +136,16 @@ def test_ignore_eos_goes_past_the_end_of_text_with_the_same_tokens_before_it(bun
     assert short.finish_reasons == ["stop"] and n < 60
     assert full.finish_reasons == ["length"] and len(full.tokens[0]) == 60
     assert full.tokens[0][:n] == short.tokens[0]
+
+
+def test_the_workshops_rejection_is_at_seed_1_round_4(tmp_path):
+    """lessons/WORKSHOP.md's block 4 opens the demo with `nanospec demo --seed 1 --round 4` to
+    show a rejection, and the README's screenshot is that round: ' capital' is rejected (q 0.24,
+    p 0.03) and ' main' drawn from the residual. The run is seeded, so this is that round."""
+    out = tmp_path / "round4.svg"
+    argv = ["--checkpoints", str(SHIPPED), "demo", "--seed", "1", "--round", "4"]
+    assert main([*argv, "--screenshot", str(out)]) == 0
+    svg = out.read_text(encoding="utf-8")
+    screen = html.unescape("".join(re.findall(r">([^<>]*)</text>", svg))).replace("\xa0", " ")
+    assert "round 4 of" in screen and "Rejected ✗" in screen
+    assert re.search(r"' capital'\s*0\.24\s*0\.03", screen) and "↻ ' main'" in screen

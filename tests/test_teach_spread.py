@@ -108,6 +108,25 @@ def test_spread_runs_each_lesson_n_times_and_writes_the_table(tmp_path, monkeypa
     ]
 
 
+def test_without_a_load_average_the_table_says_n_a_and_the_command_to_paste(tmp_path, monkeypatch):
+    """Windows has no os.getloadavg: the spread still runs, and its header says "n/a" where the
+    load goes; the command it names is the one a learner pastes, through the venv make made."""
+    monkeypatch.delattr(teach.os, "getloadavg")
+    lesson = tmp_path / "01_plain.py"
+    lesson.write_text("from nanospec.teach import claim\nclaim(True, 'it ran')\n")
+    monkeypatch.setattr(teach, "lesson_files", lambda: [lesson])
+    out = tmp_path / "NUMBERS.md"
+    assert teach.load_average() is None
+    assert teach.run_spread(1, out, []) == 0
+    text = out.read_text(encoding="utf-8")
+    assert (
+        "what else it was doing: the one-minute load average was n/a: this system keeps none."
+        in text
+    )
+    python = ".venv/bin/python" if teach.os.name == "posix" else r".venv\Scripts\python"
+    assert f"Written by `{python} -m nanospec.teach --spread 1 --out {out}`" in text
+
+
 def test_load_runs_busy_loops_beside_the_lessons_and_stops_them(tmp_path, monkeypatch):
     """`--load 2`: two spinning processes run while every lesson runs (a lesson sees them),
     are gone when the spread is written, and the table's header says they were there."""

@@ -22,7 +22,8 @@ import sys
 from nanospec.errors import UserError
 from viz.cli import LIVE_FLAGS
 
-WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # every address of this machine: say its name instead
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # every address of this machine: say which to open
+NOWHERE = ("198.51.100.1", 9)  # TEST-NET-2 (RFC 5737): no network routes it but by its default
 
 
 def demo_command(args) -> list[str]:
@@ -58,8 +59,36 @@ def shell_line(argv: list[str]) -> str:
 
 def page_url(host: str, port: int) -> str:
     """The address to open: `page_url("::1", 8000)` is "http://[::1]:8000"."""
-    name = socket.gethostname() if host in WILDCARD_HOSTS else host
-    return f"http://[{name}]:{port}" if ":" in name else f"http://{name}:{port}"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def lan_address() -> str:
+    """This machine's IPv4 address on the network of its default route, the one other laptops
+    in the room type; "127.0.0.1" where it has no such network.
+
+    A host name is no good: other laptops often cannot resolve it. Connecting a UDP socket
+    sends nothing; it only has the system pick the route, and so the source address, that a
+    packet to NOWHERE would take, which is the default route's.
+    """
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(NOWHERE)
+            address = probe.getsockname()[0]
+    except OSError:  # no route at all: the machine is on no network
+        return "127.0.0.1"
+    return address if address not in ("0.0.0.0", "") else "127.0.0.1"
+
+
+def where(host: str, port: int) -> str:
+    """Where the page is, for the start-up line: served on every address (--host 0.0.0.0),
+    both the address to open here and the one for other laptops, e.g. "http://127.0.0.1:8000
+    on this machine, http://192.168.1.23:8000 from other laptops on its network"."""
+    if host not in WILDCARD_HOSTS:
+        return page_url(host, port)
+    here, lan = page_url("127.0.0.1", port), lan_address()
+    if lan == "127.0.0.1":
+        return f"{here} (this machine only: it is on no network other laptops could reach)"
+    return f"{here} on this machine, {page_url(lan, port)} from other laptops on its network"
 
 
 def check_free(host: str, port: int) -> None:
@@ -87,7 +116,7 @@ def serve(args) -> None:
     except ImportError:
         raise UserError(
             "--web serves the demo through textual-serve, which is not installed; "
-            "install the web extra: pip install -e '.[web]'."
+            "install the web extra: pip install -c constraints.txt -e '.[web]'."
         ) from None
 
     visitors: set[asyncio.Task] = set()  # one per open page: the task serving its websocket
@@ -117,7 +146,7 @@ def serve(args) -> None:
 
         async def on_startup(self, app) -> None:  # one line instead of textual-serve's banner
             print(
-                f"nanospec: the demo is at {page_url(self.host, self.port)} (open it in a "
+                f"nanospec: the demo is at {where(self.host, self.port)} (open it in a "
                 f"browser; each visitor gets a demo of their own; Ctrl+C stops)",
                 flush=True,
             )

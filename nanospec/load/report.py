@@ -198,7 +198,9 @@ def require_matplotlib():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UserError("--plots needs matplotlib: pip install -e '.[figures]'.") from None
+        raise UserError(
+            "--plots needs matplotlib: pip install -c constraints.txt -e '.[figures]'."
+        ) from None
     return plt
 
 

@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from nanospec.cli import build_parser, main
-from viz.web import demo_command, page_url, shell_line
+from viz import web
+from viz.web import demo_command, page_url, shell_line, where
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -189,7 +190,64 @@ def test_each_visitor_runs_the_same_flags_through_this_interpreter():
 def test_page_url_names_an_address_a_browser_can_open():
     assert page_url("127.0.0.1", 8000) == "http://127.0.0.1:8000"
     assert page_url("::1", 8000) == "http://[::1]:8000"
-    assert page_url("0.0.0.0", 80) == f"http://{socket.gethostname()}:80"
+    assert where("127.0.0.1", 8000) == "http://127.0.0.1:8000"
+
+
+class FakeUDP:
+    """A socket that records what was done with it and sends nothing (it has no send)."""
+
+    def __init__(self, address=None, refuse=False):
+        self.address, self.refuse, self.calls = address, refuse, []
+
+    def __call__(self, family, kind):
+        self.calls.append(("socket", family, kind))
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.calls.append(("closed",))
+
+    def connect(self, to):
+        self.calls.append(("connect", to))
+        if self.refuse:
+            raise OSError(101, "Network is unreachable")
+
+    def getsockname(self):
+        return (self.address, 40000)
+
+
+def test_served_to_the_room_it_prints_the_lan_address_beside_the_local_one(monkeypatch):
+    """--host 0.0.0.0: the line names 127.0.0.1 for this laptop and the address of the default
+    route's interface for the others (not the host name, which their laptops may not resolve),
+    found by a UDP socket's connect, which sends nothing."""
+    udp = FakeUDP("192.168.1.23")
+    monkeypatch.setattr(web.socket, "socket", udp)
+    assert where("0.0.0.0", 8000) == (
+        "http://127.0.0.1:8000 on this machine, http://192.168.1.23:8000 from other laptops "
+        "on its network"
+    )
+    assert udp.calls == [
+        ("socket", socket.AF_INET, socket.SOCK_DGRAM),
+        ("connect", web.NOWHERE),
+        ("closed",),
+    ]
+
+
+@pytest.mark.parametrize("udp", [FakeUDP(refuse=True), FakeUDP("0.0.0.0")])
+def test_on_no_network_it_says_this_machine_only(monkeypatch, udp):
+    monkeypatch.setattr(web.socket, "socket", udp)
+    assert web.lan_address() == "127.0.0.1"
+    assert where("::", 80) == (
+        "http://127.0.0.1:80 (this machine only: it is on no network other laptops could reach)"
+    )
+
+
+def test_the_lan_address_here_is_an_ipv4_address():
+    import ipaddress
+
+    assert ipaddress.ip_address(web.lan_address()).version == 4
 
 
 @pytest.fixture
@@ -208,7 +266,7 @@ def test_without_textual_serve_it_names_the_extra(monkeypatch, capsys, never_ser
     assert main(["demo", "--web", "--port", str(free_port())]) == 2
     assert capsys.readouterr().err == (
         "nanospec: error: --web serves the demo through textual-serve, which is not installed; "
-        "install the web extra: pip install -e '.[web]'.\n"
+        "install the web extra: pip install -c constraints.txt -e '.[web]'.\n"
     )
 
 
