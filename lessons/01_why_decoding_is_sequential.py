@@ -59,8 +59,9 @@ console.print(
 # each ratio below is taken within one pass, between probes timed close together (8 tokens,
 # 1, 16 right after each other, the 2- and 4-token passes a little later in the same pass;
 # then each of the three probes right after a one-token pass of its own), and then the median
-# over the passes. The 2- and 4-token rows are the least protected: on a busy machine they
-# can even come out in the wrong order (run the lesson again).
+# over the passes. The 2- and 4-token rows are the least protected, but under load even the
+# 8- and 16-token rows can come out level or reversed, and the split below (built on the
+# 16-token row) moves with them: run the lesson again.
 
 
 # %%
@@ -165,12 +166,19 @@ share = {
     "· at most: starting its operations (width 48)": part("width 48"),
 }
 flops = 2 * weight_bytes / 4  # the weights' arithmetic for a token, and the bare product's
-gflops = lambda x: f"{flops / (x * ms[1]) / 1e6:.0f}"  # ms[1] is in ms: 1e6, not 1e9
+slot = 2 * 2 * cfg.d_model * cfg.n_layer  # model.py's two attention einsums: flops a slot
+token_flops = flops + cfg.n_ctx * slot  # a token's arithmetic: weights and all 256 slots
+gflops = lambda n, x: f"{n / (x * ms[1]) / 1e6:.0f}"  # n flops in x of a pass (ms: 1e6)
 table(
     f"a one-token pass ({ms[1]:.2f} ms), part by part (this machine, now)",
     ["part", "share", "ms", "GFLOP/s"],
     [
-        [k, f"{x:.0%}", f"{x * ms[1]:.2f}", gflops(x) if i in (0, 2) else ""]
+        [
+            k,
+            f"{x:.0%}",
+            f"{x * ms[1]:.2f}",
+            {0: gflops(token_flops, x), 2: gflops(flops, x)}.get(i, ""),
+        ]
         for i, (k, x) in enumerate(share.items())
     ],
 )
@@ -178,9 +186,7 @@ console.print(
     f"the fixed part costs as much as the arithmetic of {(1 - arithmetic) / arithmetic:.0f} "
     "tokens: a pass carrying more than that many is compute-bound"
 )
-slot = 2 * 2 * cfg.d_model * cfg.n_layer  # model.py's two attention einsums: flops a slot
 more = (cfg.n_ctx - 80) * slot  # the slots a 256-slot cache has beyond 80
-token_flops = flops + cfg.n_ctx * slot  # a token's arithmetic: weights and all 256 slots
 console.print(
     f"attention's arithmetic: {slot:,} flops a slot; all {cfg.n_ctx} slots are "
     f"{cfg.n_ctx * slot / flops:.0%} of the weights' {flops / 1e6:.2f} MFLOP, the "
@@ -200,27 +206,28 @@ console.print(
 # %% [markdown]
 # Read the table from the bottom; what follows is what the runs this lesson was written on
 # showed (their ranges close this paragraph), so check it against yours. Starting the pass's
-# operations cost at most a few percent of it (the width-48 pass bounds it: it still streams
-# its own small weights and cache): per-operation overhead is not what a wide pass saves
-# here. (Python's cost per call is spread over 32 passes by the probe, as nanospec's loops
-# do.) Streaming the weights was a large share: the bare product did several times
-# fewer GFLOP/s than the same CPU did on the wide pass's arithmetic, so it waits for memory,
-# not for arithmetic. The KV cache was much of the rest: a pass works over the cache's whole buffer, so 256 slots cost more than 80 however few
-# are filled. That is neither arithmetic nor the cost of starting operations. Not arithmetic:
-# model.py's two attention einsums (the scores, then the weighted values) each do a multiply
-# and an add per slot for each of a key's or value's 384 numbers, in each of the 6 layers:
-# 2 × 2 × 384 × 6 = 9,216 flops a slot. All 256 slots are a tenth of the weights' 23.06
-# MFLOP; the 176 slots beyond 80 are 1.62 MFLOP, about 7% of it, and at the rate the pass
-# does its arithmetic a percent of a pass or less (printed under the table), against the
-# tens of percent the table measures. Not starting operations: the width-48 model, whose
+# operations cost a few percent of it at most (the width-48 pass roughly bounds it: it still
+# streams its own small weights and cache, and an operation is assumed to cost about as much to
+# start at width 48 as at 384): per-operation overhead is not what a wide pass saves here.
+# (Python's cost per call is spread over 32 passes by the probe, as nanospec's loops do.)
+# Streaming the weights was a large share: the bare product did several times fewer GFLOP/s than
+# the same CPU did on the wide pass's arithmetic, so it waits for memory, not for arithmetic.
+# The KV cache was much of the rest: a pass works over the cache's whole buffer, so 256 slots
+# cost more than 80 however few are filled. That is neither arithmetic nor the cost of starting
+# operations. Not arithmetic: model.py's two attention einsums (the scores, then the weighted
+# values) each do a multiply and an add per slot for each of a key's or value's 384 numbers, in
+# each of the 6 layers: 2 × 2 × 384 × 6 = 9,216 flops a slot. All 256 slots are a tenth of the
+# weights' 23.06 MFLOP; the 176 slots beyond 80 are 1.62 MFLOP, about 7% of it, and at the rate
+# the pass does its arithmetic a percent of a pass or less (printed under the table), against
+# the tens of percent the table measures. Not starting operations: the width-48 model, whose
 # buffers have an eighth of the bytes, costs almost nothing. It is work that grows with the
-# buffers' bytes, and far dearer per byte than streaming the weights (the line under the
-# table prints both rates), so the pass does more with the buffers than read them once. Each part is measured on its own, so they need not
-# add up, and on a busy machine one can come out far off, even above the whole pass, when
-# other programs slow it more than the pass timed beside it: run the lesson again. In eleven
-# runs on the 2-core machine this lesson was written on, busy with other jobs, the fixed part
-# was 83–93% of a one-token pass, streaming the weights 37–70% (once, in a burst of load,
-# 119%), the larger cache 25–60% and starting the operations 2–6%.
+# buffers' bytes, and far dearer per byte than streaming the weights (the line under the table
+# prints both rates), so the pass does more with the buffers than read them once. Each part is
+# measured on its own, so they need not add up, and on a busy machine one can come out far off,
+# even above the whole pass, when other programs slow it more than the pass timed beside it: run
+# the lesson again. In the runs on the 2-core machine this lesson was written on, busy with
+# other jobs, the fixed part was 83–93% of a one-token pass, streaming the weights 37–70% (once,
+# in a burst of load, 119%), the larger cache 25–60% and starting the operations 2–6%.
 #
 # So on this CPU a wide pass saves the work that grows with bytes, not tokens: the weights
 # streamed and the work on the cache's buffers, paid once for all its tokens. It does not
@@ -228,6 +235,7 @@ console.print(
 # r(γ+1) grows with γ (docs/design.md §6). Where the arithmetic overtakes the fixed part is
 # the count printed under the part-by-part table (9 to 14 tokens in the runs so far; it moves
 # with the machine's load): past it the pass is compute-bound, its arithmetic outweighing the
-# fixed part. Where a one-token pass is bound by reading the weights — a GPU at batch 1, or
-# even this CPU with GPT-2-small's shape (r = 1.09, docs/results.md) — r barely moves; this
+# fixed part. Where one token's arithmetic is a small fraction of what a pass costs anyway
+# (reading the weights, above all) — a GPU at batch 1 is expected to be such a case, and so
+# is GPT-2 small's shape on this CPU, r(5) = 1.09 (docs/results.md) — r barely moves; this
 # project has not measured a GPU.

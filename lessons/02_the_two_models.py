@@ -114,11 +114,11 @@ claim(
 # %% [markdown]
 # ## A rare fact and running text, measured
 #
-# Facts: the greedy answer to "X shares a border with" for every country of the fact table
-# that has a neighbour — a rarer fact than a capital, which the corpus states hundreds of times
-# (the capitals column: the same greedy test on "The capital of X is"). Running text: teacher-forced top-1 accuracy on held-out text
-# (does the model's likeliest next token match the text's?), for function words ("the", "of",
-# ".", ...) and for every other token.
+# Facts: the greedy answer to "X shares a border with" for every country of the fact table that
+# has a neighbour — a rarer fact than a capital, which the corpus states hundreds of times (the
+# capitals column: the same greedy test on "The capital of X is"). Running text: teacher-forced
+# top-1 accuracy on held-out text (does the model's likeliest next token match the text's?), for
+# function words ("the", "of", ".", ...) and for every other token.
 
 # %%
 WINDOWS = 16  # held-out windows of n_ctx = 256 tokens each
@@ -160,11 +160,12 @@ claim(
 # %% [markdown]
 # ## Right is not the same as agreeing
 #
-# Acceptance asks whether the draft agrees with the *target*, not with the text: the two
-# models can be right at different positions, and where both are wrong they can guess
-# differently, so an accuracy gap of a few points can hide a larger share of disagreement. So, on the same held-out tokens, how often
-# the draft's likeliest token is the target's, and the mean of Σ min(p, q) at T = 1 — the
-# chance that a draft sampled from q is accepted there (`evaluate.agreement`).
+# Acceptance asks whether the draft agrees with the *target*, not with the text: the two models
+# can be right at different positions, and where both are wrong they can guess differently, so
+# an accuracy gap of a few points can hide a larger share of disagreement. So, on the same
+# held-out tokens, how often the draft's likeliest token is the target's, and the mean of Σ
+# min(p, q) at T = 1 — the chance that a draft sampled from q is accepted there
+# (`evaluate.agreement`).
 
 # %%
 agree = agreement(tok, models["target"], models["draft"], n_windows=WINDOWS)

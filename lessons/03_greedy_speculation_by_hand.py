@@ -3,9 +3,9 @@
 #
 # **You will see** the reference loop (`nanospec/reference.py`) run at temperature 0 with the
 # shipped draft model: it writes exactly the text that autoregressive greedy decoding writes,
-# and the fast loop (`speculative.py`), which follows the same rule, does it in far fewer
-# target passes (each round also runs γ draft steps; what the passes cost is lessons 01 and
-# 09's question).
+# and the fast loop (`speculative.py`), which follows the same rule, counts its target
+# passes: far fewer than decoding's (each round also runs γ draft steps; what the passes cost
+# is lessons 01 and 09's question).
 #
 # **It explains** `nanospec/reference.py`, the whole algorithm in one screen — read it beside
 # this lesson.

@@ -126,9 +126,9 @@ console.print(  # the four wrong laws are the formulas above on fixed numbers: f
 #
 # Sample 20,000 rounds of the real rule and of "resample from p" (the real rule with its
 # residual swapped for p), and test each against p with a chi-square goodness-of-fit test at
-# threshold 1e-4: an exact rule fails it for one seed in 10,000 (the seed is fixed here); this broken one, with the TV of
-# the table above, fails it essentially always (its expected chi-square statistic is in the
-# thousands).
+# threshold 1e-4: an exact rule fails it for one seed in 10,000 (the seed is fixed here); this
+# broken one, with the TV of the table above, fails it essentially always (its expected
+# chi-square statistic is in the thousands).
 
 # %%
 N = 20_000

@@ -207,8 +207,10 @@ claim(
 # %% [markdown]
 # ## What to take away
 #
-# The i.i.d. model predicts the *mean* to within the percentages printed above, even from a
-# γ of its own (α̂ from γ = 2 for the γ = 8 runs; at T = 1 on different text) — which is all the speed prediction of lesson 09 needs — while
-# getting the *shape* wrong: too few rounds that accept nothing, whether because hard tokens
-# come in runs or because some prompts are harder than others (this lesson does not measure
-# which). Look at the out-of-sample line, and at draft 1's row against the α̂ row below it.
+# The i.i.d. model predicts the *mean* to within 10% (asserted; 6% or less in the runs so
+# far), even from a γ of its own (α̂ from γ = 2 for the γ = 8 runs; on different text only at
+# T = 1) — which is all the speed prediction of lesson 09 needs — while getting the *shape*
+# wrong: too few rounds that accept nothing, whether because hard tokens come in runs or
+# because some prompts are harder than others (this lesson does not measure which). Look at
+# the across-γ line (out of sample only at T = 1), and at draft 1's row against the α̂ row
+# below it.

@@ -148,9 +148,10 @@ table(
 #
 # On a quiet machine the prediction is usually within a tenth or two of the measured speedup.
 # Part of the gap is no time at all: E is the i.i.d. model's count of tokens per round, and
-# the run's own count (*counted*: N over the run's rounds) differs where rounds are not
-# i.i.d. (at a long γ they tend to fail early or accept nearly all, lesson 08); the line
-# below prints the prediction with the counted tokens in place of E. The rest is the clock —
+# the run's own count (*counted*: N over the run's rounds) differs from it by chance over
+# so few rounds (about a dozen at γ = 7), by the last round being cut at N, and where rounds
+# are not i.i.d. (lesson 08); the line below prints the prediction with the counted tokens
+# in place of E. The rest is the clock —
 # bursts of other work can move the measured speedup far more than the model's inputs — and
 # what a round costs beyond its passes (the draft model re-reads two tokens every round, the
 # verify rule, the bookkeeping), which makes the model over-predict, most where a round

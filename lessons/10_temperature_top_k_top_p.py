@@ -277,7 +277,8 @@ claim(
 # Look at the last table. Exactness needs two things only: p must be the law you want (so the
 # target's logits go through the same `sampling_probs` as autoregressive decoding would), and q
 # must be the law each draft was drawn from. The dishonest draft is accepted *more* often than
-# the same draft reporting its cut law honestly: told the uncut q, the rule believes the draft was less sure of its kept tokens
-# than it was, and lets them through too easily. Filtering the draft like the target is not
-# needed for exactness, only for speed: compare the "accepted" column. nanospec does both with
-# one `SamplingParams`, traced, so changing any of the three settings never recompiles the loop.
+# the same draft reporting its cut law honestly: told the uncut q, the rule believes the draft
+# was less sure of its kept tokens than it was, and lets them through too easily. Filtering the
+# draft like the target is not needed for exactness, only for speed: compare the "accepted"
+# column. nanospec does both with one `SamplingParams`, traced, so changing any of the three
+# settings never recompiles the loop.

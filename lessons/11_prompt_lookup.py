@@ -196,8 +196,8 @@ claim(
 # 8 prompts × 128 tokens at γ = 2 to 15, measured 42–49% on code and 36–46% on facts, against
 # 18–29% on repetitive text), and the drafts of those that do copy are mostly discarded (the
 # first rejection ends the round), so a pass yields few tokens (the *tokens / pass* column:
-# about 1.2 to 1.4 here, 1.5 to 2.3 in the longer bench runs), against over 3 on repetitive
-# text (drafting costs almost nothing either: `nanospec bench` shows prompt lookup's drafting cost as timing noise).
-# On repetitive text the continuation is sitting in the prompt, and copying it is nearly free
-# speed. A learned drafter (lessons 12–14) guesses everywhere; this one only where it has seen
-# the answer.
+# about 1.2 to 1.4 here, 1.5 to 2.3 in the longer bench runs), against about 3.2 on repetitive
+# text here (2.1 to 3.6 in the bench runs) (drafting costs almost nothing either: `nanospec
+# bench` shows prompt lookup's drafting cost as timing noise). On repetitive text the
+# continuation is sitting in the prompt, and copying it is nearly free speed. A learned drafter
+# (lessons 12–14) guesses everywhere; this one only where it has seen the answer.

@@ -125,16 +125,16 @@ claim(
 
 # %% [markdown]
 # EAGLE's first step reads the pair that carries the last committed token, and each later step
-# reads the draft before it: every draft is a guess of the very next token, the guess the
-# target itself makes. Medusa's head k never sees the last committed token nor any draft: it
-# guesses k+1 tokens past its feature, however right its neighbours were. That difference fits
-# these numbers, but they do not isolate it: the heads also differ in size, in EAGLE's
-# attention over the history, and in how they were trained. Medusa's row stays in a band
-# too — a round that reaches head k is in text the heads before it found easy, which likely
-# makes up for guessing farther ahead (this lesson does not measure that) — but at a lower
-# level, and the levels compound: a draft's accepted share in the first table is, by
-# definition, the product of the second table's row up to it. One round where the difference shows (× marks a
-# wrong draft; a round is cut at its first one, and whatever comes after it is wasted):
+# reads the draft before it: every draft is a guess of the very next token, the guess the target
+# itself makes. Medusa's head k never sees the last committed token nor any draft: it guesses
+# k+1 tokens past its feature, however right its neighbours were. That difference fits these
+# numbers, but they do not isolate it: the heads also differ in size, in EAGLE's attention over
+# the history, and in how they were trained. Medusa's row stays in a band too — a round that
+# reaches head k is in text the heads before it found easy, which likely makes up for guessing
+# farther ahead (this lesson does not measure that) — but at a lower level, and the levels
+# compound: a draft's accepted share in the first table is, by definition, the product of the
+# second table's row up to it. One round where the difference shows (× marks a wrong draft; a
+# round is cut at its first one, and whatever comes after it is wasted):
 
 # %%
 # The first round where EAGLE's 4 drafts are right and Medusa's 2nd is wrong after a right 1st.

@@ -270,7 +270,6 @@ console.print(
 )
 
 # %% [markdown]
-#
 # ## What a wide pass costs
 #
 # A tree pass is a pass over n tokens with another mask: here the same program on other data,
@@ -354,11 +353,13 @@ console.print(
 # the kept path), the chain of 4's makes 4. Where every pass costs the same at any width
 # (r(n) = 1, and a draft pass c target passes), the tree wins where (5c + 1) / tok_tree <
 # (4c + 1) / tok4, that is c < (crossover − 1) / (5 − 4 · crossover).
-depth_c = (crossover - 1) / (5 - 4 * crossover) if 4 * crossover < 5 else float("inf")
+depth_c = lambda x: max(0.0, (x - 1) / (5 - 4 * x)) if 4 * x < 5 else float("inf")
+lo, hi = depth_c(crossover - 2 * cross_se), depth_c(crossover + 2 * cross_se)
 console.print(
     f"drafting counted, where a pass costs the same at any width the tree beats the chain of "
-    f"its depth only where a draft pass costs less than c = {depth_c:.3f} target passes (its "
-    "5 draft passes a round against the chain's 4)"
+    f"its depth only where a draft pass costs less than c = {depth_c(crossover):.3f} target "
+    f"passes ({lo:.3f} to {hi:.3f} over the crossover's ± 2 standard errors; its 5 draft "
+    "passes a round against the chain's 4)"
 )
 figure(
     "15_token_trees",
@@ -384,10 +385,11 @@ figure(
 # any machine (the z claim). Only drafting can reverse that. Per round the tree's draft model
 # makes 4 passes over its 9 nodes, and after verification one more over a block of 5 (the path
 # it kept, padded), which runs with the verify pass and is timed in the table's verify column;
-# the chain's draft model makes 8 short ones. Where a draft pass costs the same at any width, that is 5 against 8, and the
-# tree wins where a draft pass costs more than the share of a target pass printed below; where
-# width costs, as on a CPU, its wide draft passes eat the saving. The two loops above ran
-# round by round, interleaved: these are this machine's times, printed, not asserted.
+# the chain's draft model makes 8 short ones. Where a draft pass costs the same at any width,
+# that is 5 against 8, and the tree wins where a draft pass costs more than the share of a
+# target pass printed below; where width costs, as on a CPU, its wide draft passes eat the
+# saving. The two loops above ran round by round, interleaved: these are this machine's times,
+# printed, not asserted.
 
 # %%
 clock = {}  # per loop: seconds drafting and verifying a round, seconds per token
@@ -423,7 +425,8 @@ console.print(
 # own depth, drafting aside, it wins where a pass over 9 tokens costs at most the crossover
 # times one over 5, as where both cost about one pass; counting drafting, its 5 draft passes
 # against that chain's 4 must also cost less than the second child's gain: a draft pass under
-# the c printed above, where this draft model's c on this CPU is about 0.1 (docs/results.md,
-# the `c` column at γ = 4; an accelerator has its own). Trees belong with
+# the c printed above, where this draft model's c on this CPU is 0.11 to 0.16
+# (docs/results.md, the `c` column at γ = 4 on its three workloads; an accelerator has its
+# own). Trees belong with
 # drafters that cannot go deeper and cost little (Medusa's 4 heads, lesson 12) and with
 # hardware where width is free.

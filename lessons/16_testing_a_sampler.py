@@ -100,9 +100,9 @@ remove_x = (1 - np.eye(V)) * p / (1 - p[:, None])  # row x: p with x removed, re
 SAMPLERS = {  # name: (the law the rule is told, the law a rejected x is replaced from)
     "the verify rule": (q, None),
     "resample from p (06)": (q, np.tile(p, (V, 1))),
-    "q′ = q at T = 0.5 (06)": (at_temperature(q, 0.5), None),
+    "q′: q at T = 0.5 (06)": (at_temperature(q, 0.5), None),
     "point-mass residual": (q, remove_x),
-    "q′ = q at T = 0.9": (at_temperature(q, 0.9), None),
+    "q′: q at T = 0.9": (at_temperature(q, 0.9), None),
 }
 
 
@@ -210,7 +210,7 @@ for name, (tv, pred, power) in list(result.items())[1:]:
 
 def draw_pvalues(ax):
     # Only these two: the gross bugs' p-values all fall in the first bin (power 1.000 above).
-    for name in ("the verify rule", "q′ = q at T = 0.9"):
+    for name in ("the verify rule", "q′: q at T = 0.9"):
         ax.hist(pv[name], bins=20, range=(0, 1), histtype="step", linewidth=2, label=name)
     ax.axhline(TRIALS / 20, color="grey", linestyle=":", label="a uniform p-value")
     ax.set_xlabel("p-value")
@@ -219,8 +219,8 @@ def draw_pvalues(ax):
 
 
 figure("16_pvalues", draw_pvalues)
-low = {k: int(np.sum(pv[k] < 0.05)) for k in ("the verify rule", "q′ = q at T = 0.9")}
-expect = TRIALS * 0.05, TRIALS * predicted_power(exact_law("q′ = q at T = 0.9"), N, 0.05)
+low = {k: int(np.sum(pv[k] < 0.05)) for k in ("the verify rule", "q′: q at T = 0.9")}
+expect = TRIALS * 0.05, TRIALS * predicted_power(exact_law("q′: q at T = 0.9"), N, 0.05)
 console.print(
     f"p-values below 0.05 in {TRIALS:,} tests: "
     + ", ".join(f"{k!r} {c} (expected {e:.0f})" for (k, c), e in zip(low.items(), expect))
@@ -234,7 +234,7 @@ console.print(
 # suite's own threshold, δ = 1e-4 (each N's measured power has standard error at most 0.05).
 
 # %%
-SUBTLE, CURVE = "q′ = q at T = 0.9", 100
+SUBTLE, CURVE = "q′: q at T = 0.9", 100
 subtle = exact_law(SUBTLE)
 NS = [1_000 * 2**i for i in range(6)]
 long = draws(SUBTLE, 7_000, CURVE, NS[-1])
@@ -310,10 +310,10 @@ for n in (20_000, 100_000):  # lesson 06's N, and the suite's N spent on this on
 # layer 3 does. Look at the first table: a test that passes a correct sampler is worth nothing
 # until you have seen it fail a broken one. The last lines printed give this one-token test's
 # power against the subtle bug at lesson 06's N and at the suite's 100,000: a test is only as
-# sharp as its N. (The suite's own tests are mostly four-token joint laws on tiny models;
-# their power against their own breaks is what test_power.py and the power tests in the
-# drafter, tree and SSD files measure.) With `--figures`,
+# sharp as its N. (The suite's own tests are mostly four-token joint laws on tiny models; their
+# power against their own breaks is what test_power.py and the power tests in the other law
+# files (drafters, trees, SSD, adaptive γ, min-tokens) measure.) With `--figures`,
 # runs/lessons/16_pvalues.svg shows the right sampler's p-values spread evenly and the subtle
-# bug's leaning towards 0 (about 3× as many below 0.05 as the right sampler's, as predicted;
-# the line printed after the power claims gives this run's counts and the expected ones) — but mostly not below the first table's δ = 0.01 (its "rejected"
-# column).
+# bug's leaning towards 0 (about 3× as many below 0.05 as the right sampler's, as predicted; the
+# line printed after the power claims gives this run's counts and the expected ones) — but
+# mostly not below the first table's δ = 0.01 (its "rejected" column).

@@ -351,7 +351,7 @@ claim(
 # 2 to 7; round 1 aside). SSD's `build` runs inside its settle program, so its cost shows in
 # the verify-step column. A second copy of the speculation loop takes its turn right after
 # SSD's, and is not shown: a program that runs just after SSD's long settle came out dearer
-# in a reader's runs, so the speculation loop timed is the one that never follows it.
+# in earlier runs of this lesson, so the speculation loop timed is the one that never follows it.
 
 # %%
 sd = fit(make_loop(bundle, "draft", GAMMA)[0])

@@ -40,15 +40,16 @@ from nanospec.teach import claim, table, tv
 T1 = SamplingParams.make(1.0)
 
 # %% [markdown]
-# We test the law as the suite does (tests/statistical/test_ssd.py): on tiny random
-# models with V = 5, where every 4-token continuation can be enumerated (5⁴ = 625 of them)
-# and the target's exact law computed; 4,000 runs of the real SSD loop (γ = 3, one branch per
-# k; the suite runs 20,000 by default, 50,000 in its slow cells), a chi-square test as in
-# lesson 16. Then the same test on a broken SSD that judges misses as the paper's reference
-# code does with just-in-time speculation off (its `jit_speculate`, nothing to do with
-# `jax.jit`): accept a draft iff it is the target's argmax, else sample from p. Right when p is one-hot (greedy), wrong at T = 1 — and every row's first
-# round is a miss. (The right loop's TV from the law is not 0 either: 4,000 runs spread over
-# 625 cells are noisy. The p-value says whether a distance is more than that noise.)
+# We test the law as the suite does (tests/statistical/test_ssd.py): on tiny random models with
+# V = 5, where every 4-token continuation can be enumerated (5⁴ = 625 of them) and the target's
+# exact law computed; 4,000 runs of the real SSD loop (γ = 3, one branch per k; the suite runs
+# 20,000 by default, 50,000 in its slow cells), a chi-square test as in lesson 16. Then the same
+# test on a broken SSD that judges misses as the paper's reference code does with just-in-time
+# speculation off (its `jit_speculate`, nothing to do with `jax.jit`): accept a draft iff it is
+# the target's argmax, else sample from p. Right when p is one-hot (greedy), wrong at T = 1 —
+# and every row's first round is a miss. (The right loop's TV from the law is not 0 either:
+# 4,000 runs spread over 625 cells are noisy. The p-value says whether a distance is more than
+# that noise.)
 
 # %%
 V, M, G, N_LAW = 5, 4, 3, 4_000

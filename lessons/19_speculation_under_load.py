@@ -84,6 +84,11 @@ claim(
 )
 
 # %% [markdown]
+# With γ fixed. Under a policy that picks γ from the load (chapters 4 and 5), the neighbours
+# can change a request's γ schedule, and so, at T > 0, which tokens it draws, though never
+# their law (tests/statistical/test_adaptive_law.py).
+
+# %% [markdown]
 # ## 2. Batching amortises a step
 #
 # The engine computes every slot every step (static shapes: nothing recompiles as requests come
@@ -192,8 +197,6 @@ for s in SLOTS:
         f"{at(s)}: a γ = 4 round costs {ratio[s]:.2f} plain steps; it breaks even "
         f"at α* = {star[s]:.2f}; measured α̂ = {alpha:.2f}"
     )
-# (Under a policy that picks γ from the load, chapters 4–5, the neighbours can change the γ
-# schedule, and at T > 0 which tokens are drawn, though never their law.)
 # Printed, not asserted: the ratio is the fastest of a few probes of a step some
 # milliseconds long, and on a busy laptop it moves by more than the margin (one run's margin
 # α̂ − α* was 0.12, where earlier runs had 0.36–0.41).
@@ -212,14 +215,15 @@ console.print(
 # approaches γ+1 = 5 plain steps and the drafts add γ·c more; once the ratio reaches γ+1, α* = 1
 # and no draft model is good enough. On the 2-core CPU this lesson was written on, the ratio at
 # 16 slots stayed below γ+1 in every run so far (mostly 1.5 to 3 plain steps in runs of
-# 2026-12-03 to -07; on a machine busy with eight other jobs, once 0.60 and once 4.10), most
-# likely because what a step costs whatever its width (the weights, every row's cache, dispatch,
-# the host's bookkeeping) is still a large share of it. Which load shows the larger ratio
-# changed from run to run, and a one-slot step, a few milliseconds long, is the one a busy
-# machine moves most (1.22 in one run, 3.24 in another): read the ratios above, not a rule. How
-# noisy they are shows in the table itself when a round comes out cheaper than a plain step
-# (a γ = 1 round has, at 0.84× in one run and 0.38× in a busier one): a round makes a wider target
-# pass and drafts besides, so it cannot cost less; the gap is the probe's noise.
+# 2026-12-03 to -07; in one run beside eight other jobs the same ratio came out 0.60 here and
+# 4.10 in chapter 6: noise, not the machine), most likely because what a step costs whatever its
+# width (the weights, every row's cache, dispatch, the host's bookkeeping) is still a large
+# share of it. Which load shows the larger ratio changed from run to run, and a one-slot step, a
+# few milliseconds long, is the one a busy machine moves most (1.22 in one run, 3.24 in
+# another): read the ratios above, not a rule. How noisy they are shows in the table itself when
+# a round comes out cheaper than a plain step (a γ = 1 round has, at 0.84× in one run and 0.38×
+# in a busier one): a round makes a wider target pass and drafts besides, so it cannot cost
+# less; the gap is the probe's noise.
 #
 # ## 4. The cost model decides
 #
@@ -267,14 +271,14 @@ console.print(
 #
 # ## 5. The crossover, measured
 #
-# Closed loop (`closed_loop`): a finished request's slot is taken at once by the next while
-# any wait, until all are served (at 16 slots, with 16 requests a loop, that is one wave
-# that drains: its last steps run for fewer rows than slots); `measure` runs the strategies in turn, loop after loop, and
-# keeps each one's median. Short loops taking turns see the machine alike: at 1 slot, 2
-# requests a loop and five loops each; at 16 slots, 16 requests and two loops. Output tokens
-# per second, greedy, facts prompts, 20 new tokens a request: `ar` (plain), `draft` (γ = 4
-# always), `adaptive` (Goodput over γ ∈ {0, 1, 2, 4}) and `disable` (vLLM's rule with the
-# threshold we set, 8: γ = 4 below 8 running requests, plain from there; at 1 slot it
+# Closed loop (`closed_loop`): a finished request's slot is taken at once by the next while any
+# wait, until all are served (at 16 slots, with 16 requests a loop, that is one wave that
+# drains: its last steps run for fewer rows than slots); `measure` runs the strategies in turn,
+# loop after loop, and keeps each one's median. Short loops taking turns see the machine alike:
+# at 1 slot, 2 requests a loop and five loops each; at 16 slots, 16 requests and two loops.
+# Output tokens per second, greedy, facts prompts, 20 new tokens a request: `ar` (plain),
+# `draft` (γ = 4 always), `adaptive` (Goodput over γ ∈ {0, 1, 2, 4}) and `disable` (vLLM's rule
+# with the threshold we set, 8: γ = 4 below 8 running requests, plain from there; at 1 slot it
 # always drafts, as `draft` does, so it runs at 16 only).
 
 # %%
@@ -313,24 +317,24 @@ table(
 # Most are lower than chapter 4's numbers. Chapter 4 divides by the fastest of a few probed
 # steps, while a closed loop pays every step as the machine gives it; on top of that, every
 # request is prefilled (one at a time, at batch 1) and, in the three engines that can draft,
-# so is the draft model (`disable` pays that even when it never drafts): 16% of a 1-slot loop
-# for `ar` and 30% for `draft` in one measurement on a busy machine. A few short loops are a
-# small sample on a shared machine: one claim is asserted, with the whole of its margin, and
-# the rest is printed as this run's.
+# so is the draft model (`disable` pays that even when it never drafts), with only 20 new
+# tokens a request to spread it over. A few short loops are a small sample on a shared
+# machine: one claim is asserted, with the whole of its margin, and the rest is printed as
+# this run's.
 
 # %%
 better = {s: max(tps[s, "ar"], tps[s, "draft"]) for s in SLOTS}
-claim(  # 1.39-1.65× in the runs of 2026-12-03; two strategies running the same γ = 4 steps
-    # differed by 15% in one run on a busy machine, so the margin asserted is the whole of it
+claim(  # 1.39-1.93× in runs of 2026-12-03 to -07, 1.48× the least beside eight other jobs;
+    # lessons/NUMBERS.md records the latest. The margin asserted is the whole of it.
     tps[1, "draft"] > tps[1, "ar"],
     f"alone (1 slot), speculation served "
     f"{tps[1, 'draft'] / tps[1, 'ar']:.2f}× the tokens/s of plain decoding (asserted: more)",
 )
-console.print(  # 49% to 103% at 1 slot over runs taking the same γ = 4 steps as draft
+console.print(  # 49% to 109% at 1 slot in runs of 2026-12-07 beside other jobs
     "in this run adaptive reached "
     + " and ".join(f"{tps[s, 'adaptive'] / better[s]:.0%} ({at(s)})" for s in SLOTS)
-    + " of the better of ar and draft (printed, not asserted: on a busy laptop the same steps "
-    "have run at 0.7 to 1.7 times each other's speed from one short loop to the next)"
+    + " of the better of ar and draft (printed, not asserted: on a busy laptop this share has "
+    "come out anywhere from about half to over 100% at 1 slot)"
 )
 mix = gamma_mix(rows[16]["disable"]["gamma_share"])
 console.print(
@@ -375,31 +379,30 @@ console.print(
 )
 
 # %% [markdown]
-# Reading a row's cache costs the same whether the row brings 1 token or γ+1: a round spreads
-# it over E(α, γ) tokens, a plain step over one. Make the caches short and that shared cost
+# Reading a row's cache costs the same whether the row brings 1 token or γ+1: a round spreads it
+# over E(α, γ) tokens, a plain step over one. Make the caches short and that shared cost
 # shrinks, more of the step is arithmetic on the tokens themselves, and the extra tokens of a
-# round should cost more. At 16 slots on a 2-core CPU the size of this effect varies widely
-# from run to run: a round went from 1.58 to 2.17, 1.64 to 2.01 and 1.79 to 2.15 plain steps
-# with the shorter caches in three runs on 2026-12-03, from 1.86 to 1.78 in one on -06 and
-# from 2.01 to 4.40 in one on -07 (the line above prints this run's); the plain step itself
-# became cheaper each time.
-# At 64 slots the effect is plain. The full sweep
-# (docs/results.md, "Speculation under load"): with caches for 80 tokens, plain decoding's
-# tokens/s at 64 slots roughly triples and speculation's edge falls from ~1.5× to ~1.05×.
-# Conversely, with long contexts the cache is most of a step, and speculation pays even at
-# large batches (Chen et al. 2024, MagicDec).
+# round should cost more. At 16 slots on a 2-core CPU the effect is inside the probe's noise: a
+# round went from 1.58 to 2.17, 1.64 to 2.01 and 1.79 to 2.15 plain steps with the shorter
+# caches in three runs on 2026-12-03, but from 1.86 to 1.78 in one on -06, and within one run
+# beside other jobs the same 256-slot ratio came out 0.60 in chapter 3 and 4.10 here (the line
+# above prints this run's). The plain step itself became cheaper each time. At 64 slots the
+# effect is plain. The full sweep (docs/results.md, "Speculation under load"): with caches for
+# 80 tokens, plain decoding's tokens/s at 64 slots roughly triples and speculation's edge falls
+# from ~1.5× to ~1.05×. Conversely, with long contexts the cache is most of a step, and
+# speculation pays even at large batches (Chen et al. 2024, MagicDec).
 #
 # ## What to take away
 #
-# Speculation is not free: it buys fewer sequential steps with extra passes and drafts, and
-# what those cost depends on how busy the machine already is. On this machine, with this
-# pair of models, the measured step costs have said a γ = 4 round still pays at 16 slots in
-# the runs so far (chapter 3 prints this run's verdict), so the cost model kept drafting, while
-# vLLM's rule, at the threshold of 8 requests we gave it, stopped without asking. End to end,
-# with every request's prefill counted, less of that gain survives: chapter 5's table gives
-# draft's tokens/s over ar's at 16 slots in this run. Where a busy batch makes the ratio climb towards γ+1 (a GPU at large batch;
-# short caches push the same way; here the probe is too noisy to say by how much), the same
-# cost model turns drafting off (chapter 4's last column). Don't guess which case you are in: probe the
-# step costs, track α̂, and let E(α̂, γ) / cost(γ) choose. The full sweep, 1 to 64 slots, is
-# `python -m nanospec.load.crossover`; its tables are in docs/results.md ("Speculation
-# under load").
+# Speculation is not free: it buys fewer sequential steps with extra passes and drafts, and what
+# those cost depends on how busy the machine already is. On this machine, with this pair of
+# models, the measured step costs have said a γ = 4 round still pays at 16 slots in the runs so
+# far (chapter 3 prints this run's verdict), so the cost model kept drafting, while vLLM's rule,
+# at the threshold of 8 requests we gave it, stopped without asking. End to end, with every
+# request's prefill counted, little or none of that gain may survive: chapter 5's table gives
+# draft's tokens/s over ar's at 16 slots in this run. Where a busy batch makes the ratio climb
+# towards γ+1 (a GPU at large batch; short caches push the same way; here the probe is too noisy
+# to say by how much), the same cost model turns drafting off (chapter 4's last column). Don't
+# guess which case you are in: probe the step costs, track α̂, and let E(α̂, γ) / cost(γ)
+# choose. The full sweep, 1 to 64 slots, is `python -m nanospec.load.crossover`; its tables are
+# in docs/results.md ("Speculation under load").

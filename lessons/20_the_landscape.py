@@ -90,8 +90,8 @@ console.print(f"{len(p)} positions, vocabulary {p.shape[1]}: p and q from sampli
 #   its heads; here all rules judge the draft model's.)
 # - **accept every draft**: a = 1. The output is q — the draft model alone, the far end.
 #
-# α and the TV are computed exactly at each position and averaged over the 384. Tokens per
-# target pass come from the mean α by the i.i.d. model, E = (1 − α^(γ+1)) / (1 − α) at
+# A and the TV are computed exactly at each position and averaged over the 384. Tokens per
+# target pass come from the mean A by the i.i.d. model, E = (1 − A^(γ+1)) / (1 − A) at
 # γ = 4, which the tokens-per-round lesson found within 10% of the rounds measured.
 
 
@@ -115,7 +115,7 @@ def typical(p, q, eps=0.09, eta=0.3):
 
 
 def output_law(rule, p, q):
-    """(the law of the emitted token (n, V), α per position (n,)) for one drafted position."""
+    """(the law of the emitted token (n, V), A per position (n,)) for one drafted position."""
     a, f = rule(p, q)
     alpha = (q * a).sum(-1, keepdims=True)
     return q * a + (1 - alpha) * f, alpha[:, 0]
@@ -148,8 +148,8 @@ table(
 )
 
 # %% [markdown]
-# The lenient α can only be higher, Σ min(q, p/λ) ≥ Σ min(q, p), and accepting every draft
-# gives α = 1 and γ + 1 tokens a pass: both by construction. So is the exact row's TV of 0:
+# The lenient A can only be higher, Σ min(q, p/λ) ≥ Σ min(q, p), and accepting every draft
+# gives A = 1 and γ + 1 tokens a pass: both by construction. So is the exact row's TV of 0:
 # `exact` is the verify rule's formula, and lesson 05 proved that its law is p. (Whether
 # nanospec's own verify code samples that law is a measurement: the last section runs it.)
 # The rest is measured.
@@ -273,16 +273,17 @@ claim(
 # ## Why nanospec ships none
 #
 # nanospec promises the target's law, and the statistical suite (`tests/statistical/`) checks
-# that promise with law tests like the one above. A lossy rule fails them by design: it can
-# only be judged by the quality of the text it writes, a judgement nanospec does not make.
-# What it buys is in the table: a few percent more tokens per pass here, since the exact rule
-# already accepts most drafts, and even accepting every draft adds only what the table's
-# last row shows at γ = 4 (γ + 1 tokens a pass): the ceiling for any rule, lossy or not. More acceptance
-# can be bought without giving up exactness: a better draft (1 − TV(p, q) is the ceiling
-# for one draft, the exactness-proven lesson), or several drafts per position (the
-# token-trees lesson). And at T = 0, with p one-hot and greedy drafts, the exact rule, the
-# lenient ratio and typical acceptance are one: keep the draft if it is the target's argmax, else emit the argmax. They differ only
-# when the user asked for the target's randomness, which is what a lossy rule changes.
+# that promise with law tests like the one above. A lossy rule fails them by design: it can only
+# be judged by the quality of the text it writes, a judgement nanospec does not make. What it
+# buys is in the table: a few percent more tokens per pass here, since the exact rule already
+# accepts most drafts, and even accepting every draft adds only what the table's last row shows
+# at γ = 4 (γ + 1 tokens a pass): the ceiling for any rule, lossy or not. More acceptance can be
+# bought without giving up exactness: a better draft (1 − TV(p, q) is the ceiling for one draft,
+# the exactness-proven lesson), or several drafts per position (the token-trees lesson). And at
+# T = 0, with p one-hot and greedy drafts, the exact rule, the lenient ratio and typical
+# acceptance are one: keep the draft if it is the target's argmax, else emit the argmax. They
+# differ only when the user asked for the target's randomness, which is what a lossy rule
+# changes.
 #
 # ## Leviathan's condition: α > c
 #
@@ -365,13 +366,14 @@ console.print(
 #
 #     E(α, γ) > γc + r(γ + 1)
 #
-# the tokens it brings outweigh what it costs, counted in target steps. The extra arithmetic
-# may cost time, as long as it costs less than that. On this CPU it does cost time — a pass
-# over 5 tokens costs about 1.5 to 1.8 one-token passes (the token-trees lesson measures r(5)
-# on your machine), and r grows with γ (the choosing-γ lesson) — and speculation still pays
-# there: about 2× at γ = 7 in the choosing-γ lesson's recorded runs (lessons/NUMBERS.md). The trade turns only where r(γ + 1) reaches E(α, γ) − γc
-# (printed above for γ = 4), which a serving engine's large batch approaches once its spare
-# compute runs out: the speculation-under-load lesson watches it.
+# the tokens it brings outweigh what it costs, counted in target steps. The extra arithmetic may
+# cost time, as long as it costs less than that. On this CPU it does cost time — a pass over 5
+# tokens costs about 1.5 to 1.8 one-token passes (the token-trees lesson measures r(5) on your
+# machine), and r grows with γ (the choosing-γ lesson) — and speculation still pays there: about
+# 2× at γ = 7 in the choosing-γ lesson's recorded runs (lessons/NUMBERS.md). The trade turns
+# only where r(γ + 1) reaches E(α, γ) − γc (printed above for γ = 4), which a serving engine's
+# large batch approaches once its spare compute runs out: the speculation-under-load lesson
+# watches it.
 #
 # ## Where other methods fit
 #
@@ -406,7 +408,7 @@ console.print(
 #
 # ## What to take away
 #
-# A lossy rule raises α by moving the output off the target's law, and here it bought a few
+# A lossy rule raises A above α by moving the output off the target's law, and here it bought a few
 # percent of tokens per pass for it. The exact rule's α, Σ min(p, q), is the most any exact
 # scheme accepts from one draft; past it, only a better drafter or more drafts per position
 # help. Leviathan et al.'s α > c says when a drafter can pay at all (in their model, where a
