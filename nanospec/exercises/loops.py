@@ -7,6 +7,8 @@ is compared with the library's own `nanospec.drafters.lookup` on hundreds of sho
 contexts over small alphabets (so n-grams repeat often).
 """
 
+from collections import Counter
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -126,18 +128,26 @@ def _lookup_hint(got, context, gamma, max_ngram, min_ngram) -> str:
 
 
 class Toy:
-    """A toy model: the next token is a lookup table over the last two tokens; calls counted."""
+    """A toy model: the next token is a lookup table over the last two tokens; calls counted,
+    and each pass's tokens kept, so that a wasted pass can be named."""
 
-    def __init__(self, table: np.ndarray):
-        self.table, self.calls = table, 0
+    def __init__(self, table: np.ndarray, limit: int = 10**9, case: str = ""):
+        self.table, self.calls, self.inputs = table, 0, []
+        self.limit, self.case = limit, case  # past `limit` calls the loop is told it never ends
 
     def next(self, tokens: list[int]) -> int:
         return int(self.table[tokens[-2] if len(tokens) > 1 else 0, tokens[-1]])
 
-    def all_next(
-        self, tokens: list[int]
-    ) -> list[int]:  # one pass: the next token after each prefix
+    def all_next(self, tokens: list[int]) -> list[int]:  # one pass: the token after each prefix
         self.calls += 1
+        self.inputs.append(tuple(int(t) for t in tokens))
+        if self.calls > self.limit:
+            raise Failure(
+                f"{self.case}, your loop called target {self.calls} times and had still not "
+                f"returned: a round that writes no token repeats forever. Every round ends "
+                f"with the target's own token, the correction or, when all drafts agree, "
+                f"the bonus (the last entry of the same pass)."
+            )
         return [self.next(tokens[: i + 1]) for i in range(len(tokens))]
 
 
@@ -161,6 +171,10 @@ def _passes_needed(target: Toy, draft: Toy, prompt, gamma: int, max_new: int) ->
     return rounds
 
 
+CASES = (([3], 1, 5), ([1, 2], 3, 30), ([5, 9, 2], 6, 30), ([4], 4, 1))  # prompt, γ, max_new
+PROBE = ([1, 2], 3, 30)  # a case every loop is run on again with a perfect draft, to name a mistake
+
+
 def check_greedy_loop(greedy_speculative):
     """Exercise 1: greedy text exactly, max_new respected, one target pass per round."""
     t_table, d_table = _toys()
@@ -170,13 +184,9 @@ def check_greedy_loop(greedy_speculative):
         (t_table, (t_table + 1) % 40, "a useless draft"),
     ]
     for table, dtable, name in cases:
-        for prompt, gamma, max_new in (
-            ([3], 1, 5),
-            ([1, 2], 3, 30),
-            ([5, 9, 2], 6, 30),
-            ([4], 4, 1),
-        ):
-            target, draft = Toy(table), Toy(dtable)
+        for prompt, gamma, max_new in CASES:
+            case = f"with {name}, prompt {prompt}, γ = {gamma} and {max_new} new tokens"
+            target, draft = Toy(table, 4 * max_new + 8, case), Toy(dtable)
             want = [target.next(prompt)]
             while len(want) < max_new:
                 want.append(target.next(prompt + want))
@@ -185,14 +195,66 @@ def check_greedy_loop(greedy_speculative):
             )
             _check_text(got, want, prompt, gamma, name)
             needed = _passes_needed(Toy(table), Toy(dtable), prompt, gamma, max_new)
-            if target.calls > needed + 1:
+            if target.calls > needed:
                 raise Failure(
                     f"with {name}, γ = {gamma}, {max_new} new tokens, you called target "
                     f"{target.calls} times; a speculative loop needs {needed} (one pass "
-                    f"per round). Score all of a round's drafts with ONE call to target."
+                    f"per round)." + _passes_hint(greedy_speculative, target, needed)
                 )
-    yield "writes exactly the greedy text with good, perfect and useless drafts, γ = 1…6"
-    yield "makes one target pass per round and never writes more than max_new tokens"
+    gammas = sorted({gamma for _, gamma, _ in CASES})
+    yield (
+        f"writes exactly the greedy text, max_new tokens, with good, perfect and useless "
+        f"drafts, γ = {', '.join(map(str, gammas[:-1]))} and {gammas[-1]}"
+    )
+    yield "makes one target pass per round, and not one more than the rounds need"
+
+
+def _passes_hint(greedy_speculative, target: Toy, needed: int) -> str:
+    """Which wasted pass it is: the same tokens scored twice, a round that leaves out the bonus,
+    fewer than γ drafts scored a pass, or one pass outside the rounds. A run with a perfect
+    draft tells the middle two apart: each pass then writes γ + 1 tokens; γ, all of them drafts,
+    without the bonus; fewer, or γ from γ − 1 drafts, when drafts are scored short."""
+    once = (
+        " Make one call per round, over context + drafts: it gives the target's token after "
+        "every draft, so the correction and the bonus both come from that one pass."
+    )
+    prompt, gamma, max_new = PROBE
+    perfect = Toy(_toys()[0], limit=4 * max_new + 8)
+    if len(set(target.inputs)) == len(target.inputs):
+        try:
+            greedy_speculative(
+                perfect.all_next, Toy(perfect.table).next, list(prompt), gamma, max_new
+            )
+        except Failure:  # with this draft it never finishes, or raises: nothing to read
+            return once
+    if any(len(set(t.inputs)) < len(t.inputs) for t in (target, perfect)):
+        return (
+            " You called target twice on the same tokens: one pass over context + drafts "
+            "already gives the target's token after each of them, the correction where a "
+            "draft disagrees and, when all agree, the bonus (its last entry): reuse it."
+        )
+    steps = Counter(len(b) - len(a) for a, b in zip(perfect.inputs, perfect.inputs[1:]))
+    step = steps.most_common(1)[0][0] if steps else gamma + 1  # tokens written per pass
+    drafted = len(perfect.inputs[0]) - len(prompt) if perfect.inputs else gamma  # in round 1
+    if step == gamma == drafted:
+        return (
+            f" With a perfect draft (γ = {gamma}) each of your passes wrote only the "
+            f"{gamma} drafts: when all γ drafts agree, the same pass's last entry is the "
+            f"bonus token. Add it (it costs no extra pass)."
+        )
+    if step <= gamma:
+        return (
+            f" With a perfect draft (γ = {gamma}) your passes wrote {step} token"
+            f"{'s' * (step != 1)} each, not γ + 1 = {gamma + 1}: draft γ tokens, then score "
+            f"all of a round's drafts with ONE call to target."
+        )
+    if target.calls == needed + 1:
+        return (
+            " That is one pass more than the rounds: a call outside them (on the prompt "
+            "before the loop, say) costs a whole pass, and the rounds' own passes already "
+            "score every token they write."
+        )
+    return once
 
 
 def _check_text(got, want, prompt, gamma: int, name: str) -> None:

@@ -50,7 +50,7 @@ def check_accept_reject(accept_reject):
         raise Failure(
             f"with p(x) = {p[i]:.2f} and q(x) = {q[i]:.2f} your rule accepts "
             f"{rate[i]:.1%} of uniforms; it must accept min(1, p/q) = {want[i]:.1%}."
-            + _accept_hint(rate, p, q)
+            + _accept_hint(rate, p, q, verdicts, u)
         )
     yield f"accepts with probability min(1, p/q) on {len(p)} (p(x), q(x)) pairs"
 
@@ -70,8 +70,9 @@ def check_accept_reject(accept_reject):
     yield "never accepts a token the target gives probability 0"
 
 
-def _accept_hint(rate, p, q) -> str:
-    """Name the usual mistake if the measured acceptance rates match it everywhere."""
+def _accept_hint(rate, p, q, verdicts, u) -> str:
+    """Name the usual mistake if the measured acceptance rates match it everywhere; rates
+    right to within sampling noise, on the wrong uniforms, are uniforms of the learner's own."""
     close = lambda want: np.all(np.abs(rate - want) <= 1.0 / UNIFORMS + 1e-9)
     if close((p >= q).astype(float)):
         return (
@@ -82,6 +83,14 @@ def _accept_hint(rate, p, q) -> str:
         return " It looks like the ratio is upside down: accept when u < p(x)/q(x)."
     if close(1 - np.minimum(1.0, p / q)):
         return " It looks like the comparison is reversed: accept when u < p/q, not u ≥ p/q."
+    want = np.minimum(1.0, p / q)
+    noise = 5 * np.sqrt(want * (1 - want) / UNIFORMS) + 1.0 / UNIFORMS  # 5 standard errors
+    if np.all(np.abs(rate - want) <= noise) and not np.array_equal(verdicts, u < want[:, None]):
+        return (
+            " Your rates are right to within sampling noise, but your verdicts do not follow "
+            "the uniforms you were given: use u (accept when u < p(x)/q(x)) and draw none of "
+            "your own. The caller's u is what makes the verdicts reproducible."
+        )
     return ""
 
 
