@@ -28,16 +28,17 @@ RESIDUAL_OK = (
     "    return res / res.sum() if res.sum() > 0 else p\n"
 )
 # Exercise 1's loop, with its stopping rule, the room it leaves for drafts, what a round writes
-# and what it returns left to fill in, and a line before the loop.
+# and what it returns left to fill in; and lines before the loop, at the start of a round and
+# before its pass, with the text the loop starts from.
 LOOP = """
 def greedy_speculative(target, draft, prompt, gamma, max_new):
-{before}    out = []
-    while len(out) < {until}:
+{before}    out = {start}
+    while {stop}:
         ctx = prompt + out
-        drafts = []
+{look}        drafts = []
         for _ in range(min(gamma, {room})):
             drafts.append(draft(ctx + drafts))
-        choice = target(ctx + drafts)[len(ctx) - 1:]
+{skip}        choice = target(ctx + drafts)[len(ctx) - 1:]
         n = 0
         while n < len(drafts) and drafts[n] == choice[n]:
             n += 1
@@ -46,12 +47,27 @@ def greedy_speculative(target, draft, prompt, gamma, max_new):
 """
 RIGHT_LOOP = {
     "before": "",
-    "until": "max_new",
+    "start": "[]",
+    "stop": "len(out) < max_new",
+    "look": "",
     "room": "max_new - len(out) - 1",  # leave room for the target's token
+    "skip": "",
     "writes": "drafts[:n] + [choice[n]]",
     "out": "out",
 }
 loop_with = lambda **wrong: LOOP.format(**{**RIGHT_LOOP, **wrong})
+# The first token from a pass over the prompt; a pass over the context alone before each
+# round's drafts; a stop at len(out) == max_new, with γ drafts every round.
+PROMPT_FIRST = loop_with(start="[target(prompt)[-1]]")
+TWO_PASSES = loop_with(
+    look="        first = target(ctx)[-1]\n",
+    skip="        if not drafts or drafts[0] != first:\n"
+    "            out.append(first)\n"
+    "            continue\n",
+)
+PAST_MAX_NEW = loop_with(stop="len(out) != max_new", room="gamma")
+# A room for drafts that drops to none, plain decoding, once {} or fewer tokens are still wanted.
+PLAIN_AT_END = "max_new - len(out) - 1 if max_new - len(out) > {} else 0"
 # Exercise 3's round, with the law a rejected draft is replaced from left to fill in.
 ROW = """
 import numpy as np

@@ -10,9 +10,13 @@ from tests.exercise_sources import (
     COUNTS,
     GAMMA,
     LOOKUP,
+    PAST_MAX_NEW,
+    PLAIN_AT_END,
+    PROMPT_FIRST,
     PROPOSED,
     RESIDUAL_OK,
     ROW,
+    TWO_PASSES,
     WRAP,
     E,
     loop_with,
@@ -45,7 +49,7 @@ MISTAKES = [
     ),
     (
         1,
-        loop_with(until="max_new - 1"),
+        loop_with(stop="len(out) < max_new - 1"),
         "yours returned 4: keep going until max_new new tokens are written",
     ),
     (
@@ -226,7 +230,8 @@ NOT_A_NEIGHBOURS_HINT = [
     (  # ex1-F1: no bonus, and no room left in the last round: the loop never ends
         1,
         loop_with(writes="drafts[:n] + [choice[n]] * (n < len(drafts))"),
-        "a round that writes no token repeats forever",
+        "its last 3 passes were all over the same 5 tokens: a round that writes no token "
+        "repeats forever",
         "Score all of a round's drafts",
     ),
     (  # ex1-F1: γ − 1 drafts a round, then the target's token: also γ tokens a pass
@@ -243,11 +248,45 @@ NOT_A_NEIGHBOURS_HINT = [
         "Make one call per round, over context + drafts",
         "Score all of a round's drafts",
     ),
-    (  # ex1-F2: one wasted pass before the loop (it passed before)
+    (  # EX-1/EX-4: the pass over the prompt that the budget allows, then one round too many
         1,
-        loop_with(before="    target(prompt)\n"),
-        "you called target 4 times; a speculative loop needs 3 (one pass per round). That is "
-        "one pass more than the rounds",
+        loop_with(before="    target(prompt)\n", room=PLAIN_AT_END.format("gamma")),
+        "you called target 13 times; the checker allows 12: one pass for each of the 11 rounds "
+        "the stub's rule makes (γ drafts, or as many as still fit), plus one over the prompt. "
+        "Your first pass, over the prompt before any drafting, is the one extra pass allowed. "
+        "Your loop made 12 rounds where 11 were needed: 2 of them drafted fewer tokens than "
+        "still fit (the first, with 27 of 30 written, drafted 0 where 2 fit)",
+        "outside",
+    ),
+    (  # EX-1: no pass outside the rounds, but rounds that draft fewer than still fit
+        1,
+        loop_with(room=PLAIN_AT_END.format("2 * gamma")),
+        "Your loop made 15 rounds where 12 were needed: 5 of them drafted fewer tokens than "
+        "still fit (the first, with 24 of 30 written, drafted 0 where 3 fit)",
+        "over the prompt before any drafting",
+    ),
+    (  # EX-2: two passes a round, the first over the context alone: 2 tokens a pass, not 1
+        1,
+        TWO_PASSES,
+        "you called target 5 times; the checker allows 4: one pass for each of the 3 rounds the "
+        "stub's rule makes (γ drafts, or as many as still fit), plus one over the prompt. 2 of "
+        "your 5 passes were over a context alone, before the loop drafted from that context: "
+        "the pass over context + drafts already gives that token",
+        "wrote 1 token each",
+    ),
+    (  # EX-3: a loop that writes every round but steps over max_new never ends
+        1,
+        PAST_MAX_NEW,
+        "your loop called target 29 times and had still not returned, and the tokens it passes "
+        "to target had grown to 50 past the prompt, far beyond the 5 asked for",
+        "a round that writes no token",
+    ),
+    (  # EX-6: the right rate from 1 − u, verdicts the given u does not decide
+        2,
+        "def accept_reject(u, p_x, q_x):\n    return 1 - u < p_x / q_x\n" + RESIDUAL_OK,
+        "your rates are right, but a verdict is not: with p(x) = 0.05, q(x) = 0.20 and "
+        "u = 0.00025, below p(x)/q(x) = 0.250, the draft must be accepted; yours rejects it. "
+        "You compared 1 − u",
         "All checks passed",
     ),
     (  # ex2-F1: uniforms of its own, not the u it was given
@@ -321,6 +360,12 @@ def test_a_law_two_mistakes_share_names_both_when_no_case_tells_them_apart(tmp_p
 
 # Right answers that differ from the reference solutions: they must pass too.
 ALSO_RIGHT = [
+    # Within exercise 1's budget of rounds + 1 passes, as its stub says: lesson 03's pass over
+    # the prompt, unused; the first token from that pass; a last round that decodes plainly
+    # (one round more than needed, which the spare pass covers).
+    (1, loop_with(before="    target(prompt)\n")),
+    (1, PROMPT_FIRST),
+    (1, loop_with(room=PLAIN_AT_END.format("gamma"))),
     (
         2,
         "def accept_reject(u, p_x, q_x):\n    u *= q_x\n    return u < p_x\n" + RESIDUAL_OK,
@@ -348,6 +393,7 @@ ALSO_RIGHT = [
 ]
 
 
+# Loops within exercise 1's budget of rounds + 1 target passes (the stub says so).
 @pytest.mark.parametrize("number, source", ALSO_RIGHT)
 def test_other_right_answers_pass(tmp_path, number, source):
     ok, out = run_check(number, write(tmp_path, source))

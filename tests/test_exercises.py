@@ -36,8 +36,13 @@ def test_exercises_are_numbered_from_one_with_every_file_in_place():
 REPO = FOLDER.parent.parent
 # What a ✓ line must say it checked, where the check's cases are listed.
 SOLUTION_SAYS = {
-    1: ["γ = 1, 3, 4 and 6", "one target pass per round, and not one more than the rounds need"],
+    1: [
+        "γ = 1, 3, 4 and 6",
+        "makes at most one target pass a round (γ drafts, or as many as still fit), plus one",
+    ],
+    2: ["each verdict is u < p(x)/q(x) for the u given (2,000 a pair)"],
     3: ["n_accepted has its law [.40 .12 .48]"],
+    5: ["`verify_row`, whose `n_draft` marks where the padding starts"],
     6: ["α = 0, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99 and 1; c = 0.01, 0.05, 0.1, 0.2, 0.5 and 1"],
 }
 

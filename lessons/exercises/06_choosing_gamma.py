@@ -4,9 +4,12 @@ Lesson 09's cost model counts time in target decode steps. A round drafts γ tok
 (c = a draft step over a target step) and verifies them in one target pass over γ + 1 tokens,
 which costs r one-token passes (r = that pass over a one-token pass). On a CPU r mostly grows
 with γ, though not always: in the run this checker ends with, a 16-token pass (γ = 15) cost
-1.93, less than an 11-token one's 2.15, because passes of 16 tokens suit the matrix kernels
-(docs/results.md). On a GPU, docs/design.md §6 notes, it barely moves. The round emits E
-tokens on average, where autoregressive decoding would have needed E target steps:
+1.93, less than an 11-token one's 2.15 (docs/results.md). That page measured no cause for
+it: it put γ = 15 in its grid because passes of 16 tokens suit the matrix kernels (its probe
+compares 16 tokens, 1.79 one-token passes, with 17, 1.95, not with 11), and its r moves from
+run to run (1.47 to 1.87 at γ = 7 in three runs). On a GPU, docs/design.md §6 notes, r
+barely moves with γ. The round emits E tokens on average, where autoregressive decoding
+would have needed E target steps:
 
     E(α, γ) = 1 + α + α² + … + α^γ        (the accepted drafts, plus the token every round adds)
     predicted speedup = E(α, γ) / (γ·c + r)

@@ -10,8 +10,9 @@ from rich.markup import escape
 from nanospec.errors import UserError
 from nanospec.exercises.batched import check_accepted_counts
 from nanospec.exercises.gamma import check_best_gamma
+from nanospec.exercises.greedy import check_greedy_loop
 from nanospec.exercises.learner import Failure, load
-from nanospec.exercises.loops import check_greedy_loop, check_lookup
+from nanospec.exercises.lookup import check_lookup
 from nanospec.exercises.rollback import check_verify_and_rollback
 from nanospec.exercises.rules import check_one_token
 from nanospec.exercises.sampled import check_verify_row, check_verify_siblings
