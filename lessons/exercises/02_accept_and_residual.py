@@ -4,7 +4,9 @@ The draft proposed token x, which it drew with probability q(x); the target give
 probability p(x). Two functions decide what comes out, and together they make its law p.
 
 `accept_reject(u, p_x, q_x)`: accept x with probability min(1, p(x) / q(x)), using a uniform
-u ~ U[0, 1) the caller drew for you. Work on whole arrays at once (numpy): one verdict each.
+u ~ U[0, 1) the caller drew for you: accept exactly when u < p(x)/q(x) (the checker compares
+every verdict with that test, not only how often you accept). Work on whole arrays at once
+(numpy): one verdict each.
 
     >>> accept_reject(np.array([.5, .5]), np.array([.6, .1]), np.array([.9, .4]))
     array([ True, False])

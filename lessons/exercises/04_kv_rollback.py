@@ -13,9 +13,10 @@ committed token but the last one, `last`, which leads the next verify block. One
    does not is replaced by that argmax (all γ accepted: the argmax of row γ, the bonus).
 3. Roll back so the invariant holds again. The text grew by n + 1 tokens (n accepted drafts,
    then the target's token), and the cache must hold all of it but that new last token.
-   Nothing needs erasing: slots at or past cache.length are never read, and the next block
-   overwrites them. Set the length: `cache._replace(length=...)` (cache.length is an array of
-   shape (1,), one row), or `nanospec.cache.rollback(cache, length)`.
+   Nothing needs erasing: slots at or past cache.length are masked out of attention (weight
+   zero), and the next block overwrites them. Set the length: `cache._replace(length=...)`
+   (cache.length is an array of shape (1,), one row), or `nanospec.cache.rollback(cache,
+   length)`.
 
 Return (n_accepted, token, cache).
 
@@ -25,7 +26,8 @@ Return (n_accepted, token, cache).
     the cache must hold [.. 5, 7, 2, 4]: length 10 + 2 + 1 = 13 (9's slot is now stale)
 
 The checker runs rounds on a tiny random model and compares your cache with a fresh pass over
-the text after every round, as lesson 07 does.
+the text after every round (lesson 07 checks the cache's length after every round, and its
+keys and values against a fresh pass once, after the run).
 
 Check it:   nanospec exercise check 4
 Read after: nanospec/cache.py (`rollback`), nanospec/speculative.py (`commit`), lesson 07.

@@ -20,7 +20,9 @@ run's length.
     accepted_counts(u, p_x, q_x, n_draft) == [1, 2]
 
 Check it:   nanospec exercise check 5
-Read after: nanospec/verify.py (`leading_run`, `verify_row`, `verify`), lesson 07.
+Read after: nanospec/verify.py (`leading_run`; `verify_row`, whose `n_draft` marks where
+the padding starts; `verify`, the batch), and lesson 07 for the loop these counts feed (one
+row there).
 """
 
 import jax.numpy as jnp

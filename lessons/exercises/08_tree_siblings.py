@@ -21,7 +21,8 @@ Write it with numpy (`rng.choice(V, p=law)` draws a token): the checker calls it
 times for each of its three cases.
 
 Check it:   nanospec exercise check 8
-Read after: nanospec/trees/tree.py (`sibling_laws`, `verify_tree_row`), lesson 15.
+Read after: nanospec/trees/tree.py (`sibling_laws`, whose `rhos[k]` is ρ_k, the law sibling k
+is tested against; `verify_tree_row`), lesson 15.
 """
 
 import numpy as np

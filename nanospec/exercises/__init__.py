@@ -10,7 +10,8 @@ and by how much, on a small p/q they can work by hand — never a traceback.
     sheet.py     the exercises: file, functions, signatures, checks; `check` runs one
     learner.py   loading a learner's file and calling their function, mistakes as sentences
     laws.py      the statistics: a chi-square p-value, total variation, a law shown as text
-    loops.py     exercises 1 and 7 (greedy_speculative, lookup): against the reference
+    greedy.py    exercise 1 (greedy_speculative): greedy text, target passes against a budget
+    lookup.py    exercise 7 (lookup): against the library's prompt-lookup drafter
     rules.py     exercise 2 (accept_reject and residual): exact answers on a grid
     sampled.py   exercises 3 and 8 (verify_row, verify_siblings): output laws, sampled
     rollback.py  exercise 4 (verify_and_rollback): a greedy round's cache, against a fresh pass

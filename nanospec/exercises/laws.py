@@ -43,9 +43,12 @@ def show(law) -> str:
     )
 
 
-def differs(what: str, counts: np.ndarray, law: np.ndarray, name: str = "") -> str | None:
+def differs(
+    what: str, counts: np.ndarray, law: np.ndarray, name: str = "", outcome: str = "token"
+) -> str | None:
     """None if `counts` fit `law` (p-value ≥ DELTA), else a sentence saying how they differ;
-    `name` ("p[0]") says which of the exercise's laws `law` is."""
+    `name` ("p[0]") says which of the exercise's laws `law` is, and `outcome` what its
+    outcomes are ("token", or "n_accepted =" for a count of drafts)."""
     counts = np.asarray(counts, float)
     if chi2_pvalue(counts, law) >= DELTA:
         return None
@@ -54,7 +57,7 @@ def differs(what: str, counts: np.ndarray, law: np.ndarray, name: str = "") -> s
     return (
         f"{what} should have the law {name + ' = ' if name else ''}{show(law)} but came "
         f"out {show(seen)} over "
-        f"{int(counts.sum()):,} draws (total variation {tv(seen, law):.3f}; token {worst} "
-        f"{seen[worst]:.1%} instead of {law[worst]:.1%}; a correct rule fails this check "
+        f"{int(counts.sum()):,} draws (total variation {tv(seen, law):.3f}; {outcome} "
+        f"{worst}: {seen[worst]:.1%} instead of {law[worst]:.1%}; a correct rule fails this check "
         f"by chance with probability {DELTA:g})"
     )

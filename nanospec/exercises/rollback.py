@@ -2,9 +2,10 @@
 
 The learner's `verify_and_rollback` runs seven rounds (γ = 4) on a tiny random model. The
 checker chooses each round's drafts from the model's own greedy text, so that the rounds
-accept 2, 0, 4 (the bonus), 1, 3, 4 and 0 drafts, and after every round it checks what lesson
-07 checks: the cache holds the text but its last token, and its keys and values equal a fresh
-pass over that text. Nothing is sampled: every check is exact, and deterministic.
+accept 2, 0, 4 (the bonus), 1, 3, 4 and 0 drafts, and after every round it checks that the
+cache holds the text but its last token and that its keys and values equal a fresh pass over
+that text (lesson 07 checks the same two things: the length after every round, the contents
+once, after its run). Nothing is sampled: every check is exact, and deterministic.
 
 The model's weights are scaled up (×20) so that its greedy choices depend on the context and
 never come near a tie; the learner's verdicts are judged against the logits their own pass
@@ -55,12 +56,14 @@ class Target:
     def __init__(self):
         self.cfg, self.params, self.step, _ = _tiny()
         self.calls: list[tuple[list[int], np.ndarray]] = []  # (block, logits) per pass
+        self.written: KVCache | None = None  # the cache the last pass returned
 
     def __call__(self, tokens, kv: KVCache):
         block = [int(t) for t in np.asarray(tokens).reshape(-1)]
         positions = kv.length[:, None] + jnp.arange(len(block))[None]  # (1, len(block))
         logits, _, kv = self.step(self.params, jnp.asarray([block], jnp.int32), positions, kv)
         self.calls.append((block, np.asarray(logits[0])))
+        self.written = kv
         return np.asarray(logits[0]), kv  # (len(block), V)
 
     def prefill(self, text: list[int]) -> KVCache:
@@ -98,11 +101,12 @@ def check_verify_and_rollback(verify_and_rollback):
         truth = _greedy(text, planned + 1)
         wrong = (truth[planned] + 1 + int(rng.integers(63))) % 64  # never the greedy token
         drafts = (truth[:planned] + [wrong] + rng.integers(0, 64, GAMMA).tolist())[:GAMMA]
-        start = int(kv.length[0])
+        start, given = int(kv.length[0]), kv
         out = verify_and_rollback(target, kv, text[-1], list(drafts))
         where = f"in round {r} (last = {text[-1]}, drafts {drafts})"
         choice = _one_pass(target, text[-1], drafts, where)
         n, token, kv = _verdict(out, where)
+        _check_written(kv, given, target.written, start, where)
         want = _greedy_verdict(drafts, choice)
         if (n, token) != want:
             raise Failure(
@@ -170,6 +174,17 @@ def _verdict(out, where: str) -> tuple[int, int, KVCache]:
     return n, token, rollback(kv, length)
 
 
+def _check_written(kv: KVCache, given: KVCache, written: KVCache, start: int, where: str):
+    """The cache returned must be the one the pass wrote into, not the one handed in."""
+    mine, before, after = (np.asarray(c.k[0][0, start]) for c in (kv, given, written))
+    if np.array_equal(mine, before) and not np.array_equal(before, after):
+        raise Failure(
+            f"{where} your cache has none of this round's keys: slot {start}, where the pass "
+            f"wrote the keys of `last`, holds what it held before the pass. Return the cache "
+            f"target returned, rolled back, not the one you were given."
+        )
+
+
 def _greedy_verdict(drafts: list[int], choice: list[int]) -> tuple[int, int]:
     n = 0
     while n < len(drafts) and drafts[n] == choice[n]:
@@ -211,7 +226,8 @@ def _check_length(got: int, start: int, size: int, n: int, drafts, token: int, w
 
 
 def _check_contents(kv: KVCache, text: list[int], where: str) -> None:
-    """Lesson 07's check: slots below the length equal a fresh pass over the text."""
+    """Slots below the length equal a fresh pass over the text (lesson 07's check after its
+    run, made here after every round)."""
     n = len(text) - 1
     _, fresh = _fresh(text)
     for name, ours, theirs in (("keys", kv.k, fresh.k), ("values", kv.v, fresh.v)):

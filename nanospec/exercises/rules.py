@@ -1,7 +1,8 @@
 """Checks for exercise 2: the accept test and the residual, exact answers on a grid.
 
 Neither needs sampling: `accept_reject` is handed its uniforms, so its acceptance probability
-on a grid of 2,000 evenly spaced uniforms is known to within 1/2000; `residual` is a formula.
+on a grid of 2,000 evenly spaced uniforms is known to within 1/2000, and each verdict must be
+u < p/q for the u it was given; `residual` is a formula.
 """
 
 import jax.numpy as jnp
@@ -23,8 +24,8 @@ def check_one_token(accept_reject, residual):
 
 
 def check_accept_reject(accept_reject):
-    """One verdict per draft, min(1, p/q) on a grid, the docstring's example, and
-    p(x) = 0 never accepted."""
+    """One verdict per draft, min(1, p/q) on a grid and each verdict u < p/q, the
+    docstring's example, and p(x) = 0 never accepted."""
     got = np.asarray(
         accept_reject(np.array([0.5, 0.5]), np.array([0.6, 0.1]), np.array([0.9, 0.4]))
     )
@@ -50,9 +51,11 @@ def check_accept_reject(accept_reject):
         raise Failure(
             f"with p(x) = {p[i]:.2f} and q(x) = {q[i]:.2f} your rule accepts "
             f"{rate[i]:.1%} of uniforms; it must accept min(1, p/q) = {want[i]:.1%}."
-            + _accept_hint(rate, p, q)
+            + _accept_hint(rate, p, q, verdicts, u)
         )
     yield f"accepts with probability min(1, p/q) on {len(p)} (p(x), q(x)) pairs"
+    _check_follows_u(verdicts, u, p, q)
+    yield f"each verdict is u < p(x)/q(x) for the u given ({UNIFORMS:,} a pair)"
 
     if got.tolist() != [True, False]:  # the grid already caught any wrong rate
         raise Failure(
@@ -70,8 +73,31 @@ def check_accept_reject(accept_reject):
     yield "never accepts a token the target gives probability 0"
 
 
-def _accept_hint(rate, p, q) -> str:
-    """Name the usual mistake if the measured acceptance rates match it everywhere."""
+def _check_follows_u(verdicts, u, p, q) -> None:
+    """Rates right, verdicts exact: each one must be u < p/q for its own u. No uniform
+    (k + ½)/2000 lies on a boundary p/q of the grid (each is a multiple of 1/4000 with an
+    even numerator), so u < p/q and u·q < p agree on every one."""
+    want = u < np.minimum(1.0, p / q)[:, None]
+    wrong = np.argwhere(verdicts.astype(bool) != want)
+    if not len(wrong):
+        return
+    i, k = wrong[0]
+    flipped = np.array_equal(verdicts.astype(bool), (1 - u) < np.minimum(1.0, p / q)[:, None])
+    raise Failure(
+        f"your rates are right, but a verdict is not: with p(x) = {p[i]:.2f}, q(x) = "
+        f"{q[i]:.2f} and u = {u[k]:.5f}, {'below' if want[i, k] else 'not below'} p(x)/q(x) "
+        f"= {p[i] / q[i]:.3f}, the draft must be {'accepted' if want[i, k] else 'rejected'}; "
+        f"yours {'rejects' if want[i, k] else 'accepts'} it. "
+        + ("You compared 1 − u, which is uniform too, so the rates come out right. " * flipped)
+        + "Accept exactly when u < p(x)/q(x) (u·q(x) < p(x)) for the u you are given: "
+        "nanospec/verify.py and exercise 5 use that test, and a verdict that the caller's u "
+        "decides can be replayed."
+    )
+
+
+def _accept_hint(rate, p, q, verdicts, u) -> str:
+    """Name the usual mistake if the measured acceptance rates match it everywhere; rates
+    right to within sampling noise, on the wrong uniforms, are uniforms of the learner's own."""
     close = lambda want: np.all(np.abs(rate - want) <= 1.0 / UNIFORMS + 1e-9)
     if close((p >= q).astype(float)):
         return (
@@ -82,6 +108,14 @@ def _accept_hint(rate, p, q) -> str:
         return " It looks like the ratio is upside down: accept when u < p(x)/q(x)."
     if close(1 - np.minimum(1.0, p / q)):
         return " It looks like the comparison is reversed: accept when u < p/q, not u ≥ p/q."
+    want = np.minimum(1.0, p / q)
+    noise = 5 * np.sqrt(want * (1 - want) / UNIFORMS) + 1.0 / UNIFORMS  # 5 standard errors
+    if np.all(np.abs(rate - want) <= noise) and not np.array_equal(verdicts, u < want[:, None]):
+        return (
+            " Your rates are right to within sampling noise, but your verdicts do not follow "
+            "the uniforms you were given: use u (accept when u < p(x)/q(x)) and draw none of "
+            "your own. The caller's u is what makes the verdicts reproducible."
+        )
     return ""
 
 

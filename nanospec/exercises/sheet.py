@@ -10,13 +10,15 @@ from rich.markup import escape
 from nanospec.errors import UserError
 from nanospec.exercises.batched import check_accepted_counts
 from nanospec.exercises.gamma import check_best_gamma
+from nanospec.exercises.greedy import check_greedy_loop
 from nanospec.exercises.learner import Failure, load
-from nanospec.exercises.loops import check_greedy_loop, check_lookup
+from nanospec.exercises.lookup import check_lookup
 from nanospec.exercises.rollback import check_verify_and_rollback
 from nanospec.exercises.rules import check_one_token
 from nanospec.exercises.sampled import check_verify_row, check_verify_siblings
 
-FOLDER = Path(__file__).resolve().parent.parent.parent / "lessons" / "exercises"
+REPO = Path(__file__).resolve().parent.parent.parent
+FOLDER = REPO / "lessons" / "exercises"
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,22 @@ class Exercise:
     @property
     def stub(self) -> Path:
         return FOLDER / f"{self.stem}.py"
+
+    @property
+    def read_after(self) -> str:
+        """The stub's "Read after:" text (the library's version, then lessons), one line."""
+        lines = self.stub.read_text(encoding="utf-8").splitlines()
+        start = next(i for i, line in enumerate(lines) if line.startswith("Read after:"))
+        end = next(
+            (i for i in range(start + 1, len(lines)) if not lines[i].strip() or '"""' in lines[i]),
+            len(lines),
+        )
+        text = " ".join(line.strip() for line in lines[start:end])
+        return text.removeprefix("Read after:").strip().rstrip(".")
+
+    @property
+    def solution(self) -> Path:
+        return FOLDER / "solutions" / f"{self.stem}.py"
 
     @property
     def signature(self) -> str:
@@ -104,16 +122,14 @@ def check(number: int, file: str | None = None, console: Console | None = None) 
     except Failure as failure:
         console.print(f"  [red]✗[/] {escape(str(failure))}")
         return False
+    solution = exercise.solution.relative_to(REPO)  # as the learner, at the repository's root
     console.print(
-        f"[green]All checks passed.[/] Compare with solutions/{exercise.stem}.py "
-        f"and read the library's version."
+        "[green]All checks passed.[/] "
+        + escape(f"Compare with {solution}, then read {exercise.read_after}.")
     )
     return True
 
 
 def listing() -> list[tuple[int, str, str]]:
     """(number, functions and their parameters, stub path) for every exercise."""
-    return [
-        (e.number, e.signature, str(e.stub.relative_to(FOLDER.parent.parent)))
-        for e in EXERCISES.values()
-    ]
+    return [(e.number, e.signature, str(e.stub.relative_to(REPO))) for e in EXERCISES.values()]

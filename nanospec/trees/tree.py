@@ -6,19 +6,19 @@ every node at once — each node attends only to its ancestors (`Tree.ancestor_m
 the model as `block_mask`, with positions start + depth). Verification walks down from the root
 (SpecInfer's multi-step rejection sampling): at each node, try its children in sibling order
 
-1. accept child c (token x) with probability min(1, r(x) / q_c(x)), where r starts as p at the
+1. accept child c (token x) with probability min(1, ρ(x) / q_c(x)), where ρ starts as p at the
    node and q_c is the law x was drawn from (`node_q`);
-2. accepted: move to c, r ← p at c, and go on with c's children;
-3. rejected: r ← residual(r, q_c) = norm(max(0, r − q_c)), and try the next sibling;
-4. every child rejected: sample the correction token from r; reached a leaf: the bonus from p.
+2. accepted: move to c, ρ ← p at c, and go on with c's children;
+3. rejected: ρ ← residual(ρ, q_c) = norm(max(0, ρ − q_c)), and try the next sibling;
+4. every child rejected: sample the correction token from ρ; reached a leaf: the bonus from p.
 
 Worked example (top-2 point masses, so q_c = one-hot): p = [.5 .3 .2], siblings 0 then 1.
-Sibling 0 accepted with p(0) = .5 -> P(0) = .5. Rejected: r = [0 .6 .4]. Sibling 1 accepted
-with .6 -> P(1) = .5·.6 = .3. Rejected: r = [0 0 1] -> P(2) = .5·.4 = .2. Exactly p, and a
+Sibling 0 accepted with p(0) = .5 -> P(0) = .5. Rejected: ρ = [0 .6 .4]. Sibling 1 accepted
+with .6 -> P(1) = .5·.6 = .3. Rejected: ρ = [0 0 1] -> P(2) = .5·.4 = .2. Exactly p, and a
 chain (sibling 0 alone) would have moved on only half the time instead of 80%.
 
-Why it is exact: one sibling test is ordinary speculative sampling with target r — it emits a
-token with law r (verify.py's proof), either x itself or, after rejection, a draw from the
+Why it is exact: one sibling test is ordinary speculative sampling with target ρ — it emits a
+token with law ρ (verify.py's proof), either x itself or, after rejection, a draw from the
 residual. So instead of drawing from the residual we may run the same test again with the next
 sibling, *provided that sibling's token has law q_c given everything seen so far* (earlier
 siblings' tokens and their rejections). Siblings drawn i.i.d. from the drafter's q qualify
@@ -28,7 +28,7 @@ that node; by induction over depth, the committed path has the target's chain-ru
 
 When it is NOT exact: siblings drawn *without replacement* (e.g. to avoid duplicates) while
 node_q still says q. Example: p = [0 .2 .8], q = [.9 .1 0], two siblings. Sibling 0 is token 0
-90% of the time and is always rejected; r = [0 1/9 8/9]. Then the second sibling is certainly
+90% of the time and is always rejected; ρ = [0 1/9 8/9]. Then the second sibling is certainly
 token 1, but the rule tests it as a 10% long shot: min(1, (1/9)/.1) = 1, always accepted. Token
 1 comes out every time instead of 20%. The fix is node_q = q with earlier siblings removed.
 
@@ -147,19 +147,20 @@ class TreeVerdict(NamedTuple):  # shapes for one row; `verify_tree` adds a leadi
     extra_probs: jax.Array  # (V,) the law `token` was drawn from
 
 
-def sibling_laws(r: jax.Array, qs: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax.Array]:
+def sibling_laws(rho: jax.Array, qs: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The law each sibling is tested against, and the law left once all are rejected.
 
-    r (V,) the target's law at the parent; qs (K, V) each sibling's node_q; valid (K,) bool masks
-    padding. rs[k] = r after siblings 0..k-1 were rejected. Padded siblings leave r unchanged.
+    rho (V,) the target's law at the parent, ρ_0 = p; qs (K, V) each sibling's node_q; valid
+    (K,) bool masks padding. rhos[k] = ρ_k, the law after siblings 0..k-1 were rejected.
+    Padded siblings leave ρ unchanged.
     """
 
-    def step(r, q_valid):
+    def step(rho, q_valid):
         q, ok = q_valid
-        return jnp.where(ok, residual(r, q), r), r
+        return jnp.where(ok, residual(rho, q), rho), rho
 
-    final, rs = jax.lax.scan(step, r, (qs, valid))
-    return rs, final  # (K, V), (V,)
+    final, rhos = jax.lax.scan(step, rho, (qs, valid))
+    return rhos, final  # (K, V), (V,)
 
 
 def sibling_outcome(p: jax.Array, node_qs: jax.Array, xs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -170,10 +171,10 @@ def sibling_outcome(p: jax.Array, node_qs: jax.Array, xs: jax.Array) -> tuple[ja
     enumerate sibling tuples with it. p = [.5 .3 .2], top-2 point masses on 0 then 1 ->
     accept [.5 .6], final residual [0 0 1].
     """
-    rs, final = sibling_laws(p, node_qs, jnp.ones(xs.shape, bool))
+    rhos, final = sibling_laws(p, node_qs, jnp.ones(xs.shape, bool))
     m = jnp.arange(xs.shape[0])
-    r_x, q_x = rs[m, xs], node_qs[m, xs]
-    return jnp.where(q_x > 0, jnp.minimum(1.0, r_x / jnp.where(q_x > 0, q_x, 1.0)), 0.0), final
+    rho_x, q_x = rhos[m, xs], node_qs[m, xs]
+    return jnp.where(q_x > 0, jnp.minimum(1.0, rho_x / jnp.where(q_x > 0, q_x, 1.0)), 0.0), final
 
 
 def verify_tree_row(
@@ -196,23 +197,23 @@ def verify_tree_row(
         valid = (kids >= 0) & alive
         kid = jnp.maximum(kids, 0)  # padding reads the root (and u[-1]); `valid` masks it
         x, qs = tokens[kid], node_q[kid]  # (K,), (K, V)
-        rs, r_left = sibling_laws(p[node], qs, valid)  # (K, V), (V,)
+        rhos, rho_left = sibling_laws(p[node], qs, valid)  # (K, V), (V,)
         k = jnp.arange(kid.shape[0])
-        accepted = accept_reject(u[kid - 1], rs[k, x], qs[k, x]) & valid  # (K,)
-        # subtle: the residual chain rs does not depend on the uniforms, so every sibling is
+        accepted = accept_reject(u[kid - 1], rhos[k, x], qs[k, x]) & valid  # (K,)
+        # subtle: the residual chain rhos does not depend on the uniforms, so every sibling is
         # tested at once; the first accepted one wins and later verdicts are simply ignored,
         # exactly as if the walk had stopped testing there.
         winner = kid[jnp.minimum(leading_run(~accepted), kid.shape[0] - 1)]
         moved = jnp.any(accepted)
         stopped = alive & ~moved  # every child rejected, or a leaf (no children to try)
-        extra = jnp.where(stopped, r_left, extra)
+        extra = jnp.where(stopped, rho_left, extra)
         return (jnp.where(moved, winner, node), alive & moved, extra), node
 
     # max_depth + 1 steps: the last one always stops, at a leaf if nothing was rejected before.
     init = (jnp.int32(0), jnp.bool_(True), jnp.zeros_like(p[0]))
     (node, _, extra_probs), path = jax.lax.scan(descend, init, length=tree.max_depth + 1)
     n_accepted = jnp.asarray(tree.depth)[node]
-    is_bonus = children[node, 0] < 0  # stopped at a leaf: r_left was p at the leaf, untouched
+    is_bonus = children[node, 0] < 0  # stopped at a leaf: rho_left was p at the leaf, untouched
     token = sample(key_extra, extra_probs)
     return TreeVerdict(n_accepted, path.astype(jnp.int32), token, is_bonus, extra_probs)
 
