@@ -166,9 +166,9 @@ console.print(
     f"smallest {every.min():.4f}; {int((every < NEAR_TIE).sum())} of {every.size} "
     f"positions are near-ties (< {NEAR_TIE})"
 )
-for b, t, gap in parted:
+for b, at, gap in parted:
     console.print(
-        f"[yellow]near-tie?[/] prompt {b} parts from the greedy text at token {t}, "
+        f"[yellow]near-tie?[/] prompt {b} parts from the greedy text at token {at}, "
         f"where the target's top two logits are {gap:.4f} apart"
     )
 claim(

@@ -133,7 +133,7 @@ CLASHES = {
     "a test's level is δ, not α": r"\bat α = 0\.|\blevel α\b|α = 1e-",
     "a sibling's residual law is ρ, not r": r"\br_k\b|\br_0 = p",
     "r is a pass's cost, not a round's number": r"\bround r\b",
-    "a token is x or y, not t": r"\btoken t(?![*\w])|embed\(t\)",
+    "a token is x or y, not t": r"\btoken t(?![*\w])|embed\(t\)|token \{t\}|\bfor t in (?:top|toks)\b|, t, gap\b",
     "r takes a pass's width n: r(n), not r(N)": r"\br\(N\)",
 }
 COURSE = [*LESSONS, *sorted((REPO / "lessons" / "exercises").rglob("*.py"))]
