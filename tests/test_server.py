@@ -15,6 +15,7 @@ disconnects mid-stream are reproduced exactly.
   the text and never show; a draining server is 503;
 - TextStream (serving/text.py) by known answers: a character split across tokens, a stop
   string split across steps, and stop strings within min_tokens (text, not a stop);
+- ~1 MB /tokenize and /detokenize requests stall neither /health nor a running stream;
 - and one real `nanospec serve` process on the shipped checkpoints: the same text streamed or
   not, and SIGTERM drains an in-flight stream to its end, then the process exits 0.
 """
@@ -710,3 +711,67 @@ def test_a_port_in_use_is_one_sentence(capsys):
         assert main(["serve", "--port", str(taken.getsockname()[1])]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Cannot listen on 127.0.0.1" in err
+
+
+# About 1 MB of text, under the body limit: the issue's prompt (some 700k tokens to tokenize).
+HUGE = ("The capital of France is Paris. " * 33_000)[: 2**20 - 200]
+
+
+def test_a_huge_tokenize_stalls_neither_health_nor_a_running_stream(live):
+    """While ~1 MB /tokenize requests (with token_strs) and /detokenize requests of 250k ids
+    keep arriving, four at a time, /health answers and a running stream's chunks keep coming,
+    each within 2 s: eight of this test's slowed steps, generous for a loaded 2-core machine.
+    (Before the guard, each such /tokenize held the event loop for seconds while its 700k ids
+    became JSON: measured here, /health and the stream stalled 2.7-4.4 s.) Both are refused
+    unread now: the text is longer than any prompt the context holds, the ids more than it
+    holds."""
+    pace, bound = 0.25, 2.0  # seconds: a step, and the longest wait allowed
+    bodies = {
+        "/tokenize": json.dumps({"prompt": HUGE, "return_token_strs": True}).encode(),
+        "/detokenize": json.dumps({"tokens": [65] * 250_000}).encode(),
+    }
+    flooding, codes, waits = threading.Event(), [], {"health": [], "chunks": []}
+
+    def flood(path):
+        while flooding.is_set():
+            r = httpx.post(
+                live.url + path,
+                content=bodies[path],
+                headers={"Content-Type": "application/json"},
+                timeout=300,
+            )
+            codes.append(r.status_code)
+
+    def probe():
+        while flooding.is_set():
+            start = time.monotonic()
+            assert httpx.get(live.url + "/health", timeout=300).status_code == 200
+            waits["health"].append(time.monotonic() - start)
+            time.sleep(0.05)
+
+    helpers = [threading.Thread(target=flood, args=(p,)) for p in ["/tokenize"] * 3]
+    helpers += [
+        threading.Thread(target=flood, args=("/detokenize",)),
+        threading.Thread(target=probe),
+    ]
+    body = {**GOOD, "max_tokens": 40, "ignore_eos": True, "temperature": 0, "stream": True}
+    live.gate.pace = pace
+    flooding.set()
+    try:
+        with httpx.stream("POST", live.url + "/v1/completions", json=body, timeout=300) as r:
+            last = None
+            for line in (line for line in r.iter_lines() if line.startswith("data: ")):
+                if last is None:  # the stream runs: now the flood begins
+                    for t in helpers:
+                        t.start()
+                else:
+                    waits["chunks"].append(time.monotonic() - last)
+                last = time.monotonic()
+    finally:
+        flooding.clear()
+        live.gate.pace = 0.0
+        for t in helpers:
+            if t.ident is not None:
+                t.join()
+    assert max(waits["chunks"]) < bound and max(waits["health"]) < bound, waits
+    assert codes and set(codes) == {400}  # refused unread, every one

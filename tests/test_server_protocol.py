@@ -6,7 +6,8 @@ can hold the tokenizing of a marked prompt.
 
 - a body over the limit is a 413 in OpenAI's shape, whether it says its length or comes
   chunked; a prompt longer in characters than any the context holds is a 400 without being
-  tokenized; tokenizing runs off the event loop (/health answers while a prompt is held);
+  tokenized, at /tokenize as at /v1/completions, and /detokenize takes no more ids than the
+  context; tokenizing runs off the event loop (/health answers while a prompt is held);
 - what OpenAI or vLLM refuse is a 400 that names the field: a value of the wrong JSON type
   (no coercion), five stop strings, stream_options without stream, a max_tokens the context
   cannot hold after the prompt (an omitted max_tokens never is);
@@ -141,6 +142,26 @@ def test_tokenizing_runs_off_the_event_loop(server):
         server.tok.release.set()
         held.join()
     assert results["r"].status_code == 200, results["r"].text
+
+
+def test_tokenize_and_detokenize_are_bounded_like_a_prompt(server):
+    """/tokenize refuses a text longer than any prompt the context holds, unread, as
+    /v1/completions does (its tokenizer never sees it), and /detokenize more ids than the
+    context holds; the schema says both limits."""
+    longest = server.service.max_chars
+    r = httpx.post(server.url + "/tokenize", json={"prompt": "x" * (longest + 1)})
+    assert openai_error(r, 400, "prompt")["code"] == "context_length_exceeded"
+    assert "x" * (longest + 1) not in server.tok.encoded
+    fits = httpx.post(server.url + "/tokenize", json={"prompt": "x" * longest})
+    assert fits.status_code == 200 and fits.json()["count"] > N_CTX  # counted, not refused
+    r = httpx.post(server.url + "/detokenize", json={"tokens": [65] * (N_CTX + 1)})
+    assert f"more than a request here holds ({N_CTX})" in openai_error(r, 400, "tokens")["message"]
+    assert httpx.post(server.url + "/detokenize", json={"tokens": [65] * N_CTX}).status_code == 200
+    bodies = httpx.get(server.url + "/openapi.json").json()["components"]["schemas"]
+    assert bodies["TokenizeBody"]["properties"]["prompt"]["maxLength"] == longest
+    assert bodies["DetokenizeBody"]["properties"]["tokens"]["maxItems"] == N_CTX
+    text = bodies["CompletionBody"]["properties"]["prompt"]["anyOf"][0]
+    assert text == {"type": "string", "maxLength": longest}
 
 
 # ------------------------------------------------------------ what OpenAI and vLLM refuse

@@ -25,9 +25,11 @@ The command itself — flags, warm-up, the socket, signals — is launch.py.
 A client that leaves cancels its request, whatever it was waiting for: its place in the queue,
 its whole completion, or the next event of its stream; its slot is free before the next step.
 
-A request body is at most MAX_BODY_BYTES (413 past it, whether or not it says its length), a
-prompt longer in characters than any the context can hold is refused before it is tokenized,
-and tokenizing happens on a worker thread, so one huge prompt cannot stall every other client.
+A request body is at most MAX_BODY_BYTES (413 past it, whether or not it says its length); a
+prompt longer in characters than any the context can hold is refused before it is tokenized
+(/v1/completions and /tokenize alike; /detokenize takes at most the context's ids), and all
+text work happens on one worker thread (service.py), so one huge request cannot stall every
+other client.
 
 With an API key (`nanospec serve --api-key`, or NANOSPEC_API_KEY), /v1/... and /tokenize,
 /detokenize need `Authorization: Bearer KEY` (else 401, OpenAI's shape); /health and /metrics
@@ -51,14 +53,12 @@ from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 
-from nanospec.errors import UserError
 from nanospec.serving.api import (
     ApiError,
     CompletionBody,
     DetokenizeBody,
     ErrorBody,
     TokenizeBody,
-    check_token_ids,
     completion_id,
 )
 from nanospec.serving.engine import Engine
@@ -124,16 +124,10 @@ async def tokenize(body: TokenizeBody, request: HttpRequest):
     text (a piece of a character shows as U+FFFD)."""
     svc: Service = request.app.state.service
     svc.check_model(body.model)
-    try:  # a worker thread, as for a completion's prompt
-        if body.add_special_tokens:  # exactly what /v1/completions runs (and refuses)
-            ids = await asyncio.to_thread(svc.tok.encode_prompt, body.prompt)
-        else:
-            ids = await asyncio.to_thread(svc.tok.encode, body.prompt)
-    except UserError as e:
-        raise ApiError(400, str(e), "prompt") from None
-    except UnicodeEncodeError:  # lone surrogates (encode_prompt says so itself)
-        raise ApiError(400, "The prompt is not valid UTF-8 text.", "prompt") from None
-    strs = [svc.tok.token_str(t) for t in ids] if body.return_token_strs else None
+    # Exactly what /v1/completions runs and refuses (with add_special_tokens): a prompt longer
+    # in characters than the context can hold is a 400 unread, the rest is tokenized (and its
+    # token_strs made) on the text thread.
+    ids, strs = await svc.encode(body.prompt, body.add_special_tokens, body.return_token_strs)
     return {"count": len(ids), "max_model_len": svc.n_ctx, "tokens": ids, "token_strs": strs}
 
 
@@ -141,8 +135,7 @@ async def detokenize(body: DetokenizeBody, request: HttpRequest):
     """POST /detokenize (vLLM's): the text of token ids, <|endoftext|> included as text."""
     svc: Service = request.app.state.service
     svc.check_model(body.model)
-    check_token_ids(body.tokens, svc.tok.vocab_size, "tokens")
-    return {"prompt": svc.tok.decode(body.tokens)}
+    return {"prompt": await svc.decode(body.tokens)}  # at most n_ctx ids, on the text thread
 
 
 async def list_models(request: HttpRequest):
@@ -169,20 +162,30 @@ async def metrics(request: HttpRequest):
     return Response(request.app.state.service.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
-def naming_the_model(openapi, served_name: str):
-    """FastAPI's schema with the one value `model` may take named (an enum) in every body and
-    path that has it: any other name is a 404, and a client or a fuzzer reading the schema
-    should know that (schemathesis otherwise spends its cases on model_not_found)."""
+def served_schema(openapi, svc: Service):
+    """FastAPI's schema with what this server takes written in: the one value `model` may take
+    (an enum) in every body and path that has it — any other name is a 404, and a client or a
+    fuzzer reading the schema should know that (schemathesis otherwise spends its cases on
+    model_not_found) — and the longest prompt text (maxLength: svc.max_chars characters, in
+    /v1/completions and /tokenize) and id list /detokenize takes (maxItems: svc.n_ctx)."""
 
     def schema() -> dict:
         spec = openapi()  # FastAPI builds it once and keeps it
-        for body in spec["components"]["schemas"].values():
+        bodies = spec["components"]["schemas"]
+        for body in bodies.values():
             model = body.get("properties", {}).get("model")
             for branch in model.get("anyOf", [model]) if model else []:
                 if branch.get("type") == "string":
-                    branch["enum"] = [served_name]
+                    branch["enum"] = [svc.name]
         for param in spec["paths"]["/v1/models/{model_id}"]["get"]["parameters"]:
-            param["schema"]["enum"] = [served_name]
+            param["schema"]["enum"] = [svc.name]
+        texts = [bodies["TokenizeBody"]["properties"]["prompt"]]
+        for branch in bodies["CompletionBody"]["properties"]["prompt"]["anyOf"]:
+            texts.append(branch.get("items", branch))
+        for text in texts:
+            if text["type"] == "string":
+                text["maxLength"] = svc.max_chars
+        bodies["DetokenizeBody"]["properties"]["tokens"]["maxItems"] = svc.n_ctx
         return spec
 
     return schema
@@ -201,23 +204,25 @@ def build_app(
     meters = ServerMetrics(served_name, positions=engine.loop.depth)
     meters.memory(engine.state)
     scheduler = Scheduler(engine, meters, max_queue)
-
-    @asynccontextmanager
-    async def lifespan(app):
-        scheduler.start()
-        yield
-        await asyncio.to_thread(scheduler.stop)
-
-    app = FastAPI(title="nanospec", lifespan=lifespan)
-    app.state.service = Service(
+    svc = Service(
         served_name,
         tokenizer,
         engine.max_len,
         scheduler,
         meters,
         int(time.time()),
-        target_scorer(engine),
+        score=target_scorer(engine),
     )
+
+    @asynccontextmanager
+    async def lifespan(app):
+        scheduler.start()
+        yield
+        await asyncio.to_thread(scheduler.stop)
+        svc.text.shutdown()
+
+    app = FastAPI(title="nanospec", lifespan=lifespan)
+    app.state.service = svc
     app.add_api_route("/v1/completions", create_completion, methods=["POST"], responses=ERRORS)
     app.add_api_route("/v1/models", list_models, methods=["GET"])
     app.add_api_route(
@@ -244,7 +249,7 @@ def build_app(
             }
         },
     )
-    app.openapi = naming_the_model(app.openapi, served_name)
+    app.openapi = served_schema(app.openapi, svc)
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(HTTPException, http_error)

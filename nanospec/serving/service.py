@@ -3,12 +3,20 @@
 `Service` holds the served model's name, tokenizer and engine thread, and knows how a request
 body becomes jobs and a reply; `Choices` is one request's jobs (one per choice) read as a
 single stream of deltas.
+
+Text work — tokenizing a prompt (/v1/completions, /tokenize), detokenizing ids (/detokenize) —
+is bounded before it starts (a text no longer in characters than a prompt the context can
+hold, `max_chars`; no more ids than it holds, `n_ctx`) and runs on one worker thread of its
+own, never on the event loop: the event loop answers /health and every stream's next chunk,
+and one huge request must not stall them (a 1 MB /tokenize once froze it for seconds: the
+tokenizing was off the loop, but turning 700k ids into JSON was not).
 """
 
 import asyncio
 import json
 import secrets
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from fastapi.responses import StreamingResponse
@@ -46,6 +54,10 @@ class Service:
     scheduler: Scheduler
     metrics: ServerMetrics
     created: int  # when the server started (GET /v1/models)
+    # the one thread every text work runs on (see the module's docstring)
+    text: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="nanospec-text")
+    )
     score: object = None  # score(ids, top): the target's logprobs (logprobs.target_scorer)
 
     @cached_property
@@ -81,18 +93,55 @@ class Service:
         """Token ids a client may send: those both the model and the tokenizer know."""
         return min(self.scheduler.engine.loop.cfg.vocab_size, self.tok.vocab_size)
 
+    async def on_text_thread(self, work, *args):
+        """`work(*args)`, run on the text thread (awaited here, off the event loop)."""
+        return await asyncio.get_running_loop().run_in_executor(self.text, work, *args)
+
+    async def encode(
+        self, text: str, special: bool = True, strs: bool = False
+    ) -> tuple[list[int], list[str] | None]:
+        """A text's ids (the start token first if `special`: as the model reads a prompt) and,
+        if `strs`, each id's text; a text longer than any prompt the context can hold is
+        refused before it is tokenized. Any refusal is an ApiError naming the prompt."""
+        check_prompt_chars(text, self.max_chars)
+
+        def work():
+            ids = self.tok.encode_prompt(text) if special else self.tok.encode(text)
+            return ids, [self.tok.token_str(t) for t in ids] if strs else None
+
+        try:
+            return await self.on_text_thread(work)
+        except UserError as e:
+            raise ApiError(400, str(e), "prompt") from None
+        except UnicodeEncodeError:  # lone surrogates (encode_prompt says so itself)
+            raise ApiError(400, "The prompt is not valid UTF-8 text.", "prompt") from None
+
+    async def decode(self, ids: list[int]) -> str:
+        """The text of token ids (<|endoftext|> as text): no more ids than a request holds."""
+        if len(ids) > self.n_ctx:
+            raise ApiError(
+                400,
+                f"tokens holds {len(ids)} ids, more than a request here holds "
+                f"({self.n_ctx}); detokenize at most {self.n_ctx} at a time.",
+                "tokens",
+                "context_length_exceeded",
+            )
+
+        def work():
+            check_token_ids(ids, self.tok.vocab_size, "tokens")
+            return self.tok.decode(ids)
+
+        return await self.on_text_thread(work)
+
     async def tokenize(self, prompt: str | list[int]) -> list[int]:
         """One prompt's ids: a text tokenized as the model reads it (the start token first),
         or token ids as given; any refusal is an ApiError naming the prompt."""
         if isinstance(prompt, list):
-            check_token_ids(prompt, self.vocab, "prompt")
+            if len(prompt) < self.n_ctx:  # (a longer one is refused below, unread)
+                check_token_ids(prompt, self.vocab, "prompt")
             ids = prompt
         else:
-            check_prompt_chars(prompt, self.max_chars)
-            try:  # on a worker thread: a long prompt must not stall the event loop (/health)
-                ids = await asyncio.to_thread(self.tok.encode_prompt, prompt)
-            except UserError as e:
-                raise ApiError(400, str(e), "prompt") from None
+            ids, _ = await self.encode(prompt)
         if len(ids) >= self.n_ctx:
             raise ApiError(
                 400,
