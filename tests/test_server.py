@@ -10,9 +10,10 @@ disconnects mid-stream are reproduced exactly.
   reference tokens come from the same engine, driven directly, before the server starts);
 - /v1/models, /health, and /metrics under vLLM's names, counting what the clients received;
 - every bad request is its 4xx with OpenAI's error shape, one sentence;
-- slots + queue requests are taken, however fast they come, and the next is 429; a client
-  that disconnects frees its slot (within a step or two, streaming or not); stop strings cut
-  the text and never show; a draining server is 503;
+- slots + queue requests are taken, however fast they come, and the next is 429 — prompts to
+  score (echo, max_tokens 0) included; a client that disconnects frees its slot (within a
+  step or two, streaming or not); stop strings cut the text and never show; a draining server
+  is 503;
 - TextStream (serving/text.py) by known answers: a character split across tokens, a stop
   string split across steps, and stop strings within min_tokens (text, not a stop);
 - ~1 MB /tokenize and /detokenize requests stall neither /health nor a running stream;
@@ -434,6 +435,48 @@ def test_a_burst_fills_every_slot_and_the_queue_before_a_429(live):
     assert (
         sorted(r.status_code for r in results.values()) == [200] * (slots + MAX_QUEUE) + [429] * k
     )
+
+
+def test_prompts_to_score_are_admitted_like_generation(live):
+    """echo with max_tokens 0 (scoring a prompt, as lm-eval does) takes a place in slots +
+    queue like any request: with the engine thread held at a first request's insert, a burst
+    of S + Q - 1 + k prompts to score gets exactly k 429s, and the rest wait their turn, then
+    are answered. (Scoring once skipped the queue: the whole burst was taken at once, however
+    large, and ran beside everything else.)"""
+    slots, k, s = live.gate.n_slots, 2, live.scheduler
+    score = {**GOOD, "echo": True, "max_tokens": 0, "logprobs": 2}
+    results = {}
+
+    def ask(i, body):
+        results[i] = httpx.post(live.url + "/v1/completions", timeout=120, json=body)
+
+    live.gate.inserts.clear()
+    first = threading.Thread(target=ask, args=("first", {**GOOD, "max_tokens": 4}))
+    burst = [
+        threading.Thread(target=ask, args=(i, score)) for i in range(slots + MAX_QUEUE - 1 + k)
+    ]
+    try:
+        first.start()
+        eventually(lambda: len(s.admitting) == 1, "the engine thread holds the first request")
+        for t in burst:
+            t.start()
+        eventually(
+            lambda: len(results) + len(s.waiting) + len(s.admitting) == 1 + len(burst),
+            "every request answered or in flight",
+        )
+        refused = [r for r in results.values() if r.status_code == 429]
+        assert len(refused) == len(results) == k, [r.status_code for r in results.values()]
+    finally:
+        live.gate.inserts.set()
+        for t in [first, *burst]:
+            t.join()
+    statuses = sorted(r.status_code for r in results.values())
+    assert statuses == [200] * (slots + MAX_QUEUE) + [429] * k
+    for r in results.values():
+        if r.status_code == 200 and r.json()["choices"][0]["logprobs"]:  # the scored ones
+            one = r.json()["choices"][0]
+            assert one["text"] == GOOD["prompt"] and one["finish_reason"] == "length"
+            assert len(one["logprobs"]["tokens"]) == r.json()["usage"]["prompt_tokens"]
 
 
 def test_a_non_streaming_client_that_disconnects_is_cancelled_within_a_step(live):

@@ -29,7 +29,8 @@ A request body is at most MAX_BODY_BYTES (413 past it, whether or not it says it
 prompt longer in characters than any the context can hold is refused before it is tokenized
 (/v1/completions and /tokenize alike; /detokenize takes at most the context's ids), and all
 text work happens on one worker thread (service.py), so one huge request cannot stall every
-other client.
+other client. A prompt scored without generating (echo, max_tokens 0) is admitted, drained and
+counted like generation (scheduler.py).
 
 With an API key (`nanospec serve --api-key`, or NANOSPEC_API_KEY), /v1/... and /tokenize,
 /detokenize need `Authorization: Bearer KEY` (else 401, OpenAI's shape); /health and /metrics
@@ -92,8 +93,6 @@ async def create_completion(body: CompletionBody, request: HttpRequest):
     """POST /v1/completions: the whole completion, or (stream) server-sent events."""
     svc: Service = request.app.state.service
     choices, cid = await svc.open(body), completion_id()
-    if body.max_tokens == 0:
-        return await svc.prompts_only(choices, body, cid)
     # subtle: this handler listens for the hang-up only until it returns; a stream's response
     # then listens itself (Starlette's StreamingResponse), and two listeners must not overlap.
     gone = asyncio.ensure_future(hung_up(request))
@@ -101,7 +100,7 @@ async def create_completion(body: CompletionBody, request: HttpRequest):
         # Even a stream waits for its first delta, so that a request the engine refuses is
         # still an HTTP error rather than an error inside a 200 stream.
         first = await choices.next(gone)
-        if body.stream:
+        if body.stream and body.max_tokens != 0:
             return StreamingResponse(
                 svc.events(choices, first, body, cid), media_type="text/event-stream"
             )
@@ -113,7 +112,8 @@ async def create_completion(body: CompletionBody, request: HttpRequest):
             if choices.done:
                 break
             index, delta = await choices.next(gone)
-        return await svc.reply(choices, ["".join(t) for t in texts], finish, body, cid)
+        whole = await svc.reply(choices, ["".join(t) for t in texts], finish, body, cid)
+        return svc.prompts_only(whole, body, cid) if body.stream else whole
     finally:
         gone.cancel()
 
@@ -203,16 +203,8 @@ def build_app(
     starts the engine thread and, at shutdown, drains and stops it."""
     meters = ServerMetrics(served_name, positions=engine.loop.depth)
     meters.memory(engine.state)
-    scheduler = Scheduler(engine, meters, max_queue)
-    svc = Service(
-        served_name,
-        tokenizer,
-        engine.max_len,
-        scheduler,
-        meters,
-        int(time.time()),
-        score=target_scorer(engine),
-    )
+    scheduler = Scheduler(engine, meters, max_queue, target_scorer(engine))
+    svc = Service(served_name, tokenizer, engine.max_len, scheduler, meters, int(time.time()))
 
     @asynccontextmanager
     async def lifespan(app):

@@ -37,9 +37,10 @@ from nanospec.serving.api import (
     usage,
 )
 from nanospec.serving.engine import Request
+from nanospec.serving.job import Delta, Job
 from nanospec.serving.logprobs import echo_and_logprobs, echo_text
 from nanospec.serving.metrics import ServerMetrics
-from nanospec.serving.scheduler import Delta, Job, Scheduler
+from nanospec.serving.scheduler import Scheduler
 from nanospec.serving.text import TextStream
 from nanospec.settings import INT32_MAX
 
@@ -58,7 +59,6 @@ class Service:
     text: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="nanospec-text")
     )
-    score: object = None  # score(ids, top): the target's logprobs (logprobs.target_scorer)
 
     @cached_property
     def max_chars(self) -> int:
@@ -172,6 +172,8 @@ class Service:
             )
         seed = secrets.randbelow(INT32_MAX + 1) if body.seed is None else body.seed
         loop, stop_ids = asyncio.get_running_loop(), tuple(body.stop_token_ids or ())
+        # max_tokens 0 (with echo): each prompt is scored, with body.logprobs alternatives.
+        top = body.logprobs if body.max_tokens == 0 else None
         # Choice i of each prompt samples with seed + i (past int32, wrapped round to 0), so a
         # list of prompts is answered exactly as each prompt sent alone with the same seed.
         jobs = [
@@ -187,13 +189,23 @@ class Service:
                 ),
                 TextStream(self.tok, stops(body), body.min_tokens),
                 loop,
+                top,
             )
             for p, most in zip(ids, max_new)
             for i in range(n)
         ]
-        if body.max_tokens != 0:  # 0 (with echo): the prompts are scored, nothing is run
-            self.scheduler.submit(*jobs)
+        self.scheduler.submit(*jobs)  # scored prompts too: admitted, drained, counted alike
         return Choices(jobs, self.scheduler, n)
+
+    async def scored(self, job: Job, ids: list[int], top: int):
+        """The target's logprobs of `ids`: a scored prompt's own pass, or (a completion's
+        logprobs, once it has ended) a pass on the scoring thread, one at a time."""
+        if job.scored is not None:
+            return job.scored
+        scheduler = self.scheduler
+        return await asyncio.get_running_loop().run_in_executor(
+            scheduler.scorer, scheduler.score, ids, top
+        )
 
     async def reply(
         self,
@@ -204,11 +216,11 @@ class Service:
         cid: str,
     ) -> dict:
         """The whole completion: every choice's text, with its prompt's first (echo) and its
-        logprobs, scored on worker threads (logprobs.py), if the body asks for them."""
+        logprobs, scored on the scoring thread (logprobs.py), if the body asks for them."""
         scored = await asyncio.gather(
             *(
                 echo_and_logprobs(
-                    self.score,
+                    lambda ids, top, job=job: self.scored(job, ids, top),
                     self.tok,
                     job.request.prompt,
                     job.ids,
@@ -226,13 +238,9 @@ class Service:
             usage=choices.usage(),
         )
 
-    async def prompts_only(self, choices: "Choices", body: CompletionBody, cid: str):
-        """echo with max_tokens 0: each prompt's text (and logprobs), nothing generated
-        (finish_reason "length", as vLLM answers it); a stream sends it as one chunk a choice."""
-        n = len(choices.jobs)
-        whole = await self.reply(choices, [""] * n, ["length"] * n, body, cid)
-        if not body.stream:
-            return whole
+    def prompts_only(self, whole: dict, body: CompletionBody, cid: str) -> StreamingResponse:
+        """echo with max_tokens 0, streamed: the reply `whole` (each prompt's text, nothing
+        generated, finish_reason "length" as vLLM answers it) as one chunk a choice."""
 
         async def events():
             for one in whole["choices"]:
