@@ -152,7 +152,7 @@ def serve_in_thread(app):
     """(uvicorn server, its thread, port) on a free loopback port, once it is listening."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", http=app.state.http))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     eventually(lambda: server.started, "the server started")

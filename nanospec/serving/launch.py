@@ -219,7 +219,7 @@ def cmd_serve(args) -> int | None:
     warm_up(engine)
     app = build_app(engine, bundle.tok, args.served_model_name, args.max_queue, api_key=api_key)
     server = draining(uvicorn.Server, app.state.service.scheduler)(
-        uvicorn.Config(app, log_level="info")
+        uvicorn.Config(app, log_level="info", http=app.state.http)
     )
     print(
         f"nanospec: serving {args.served_model_name!r} ({spec['method']}, {args.slots} "

@@ -45,8 +45,9 @@ every slot, whether a request is in it or not (its shapes are static, so these n
     nanospec:draft_state_bytes    gauge  the drafter's state (the draft model's KV cache); 0 for AR
 
 Each app has its own CollectorRegistry (tests build several apps in one process; the global
-registry would refuse the second set of names). Every method is called from the engine thread;
-prometheus_client's metrics are thread-safe, so /metrics may read them at any time.
+registry would refuse the second set of names). Every method is called from the engine thread
+(the timeouts' counts, from the event loop); prometheus_client's metrics are thread-safe, so
+/metrics may read them at any time.
 
 "Request" here is what vLLM's engine calls one: a choice. A completion with n = 4 is four
 engine requests, each reading its prompt, so vllm:prompt_tokens_total grows by four times the
@@ -59,6 +60,9 @@ choice that leaves before its slot was never read and is not counted.
 A prompt scored without generating (echo with max_tokens 0) is a request like the others: its
 prompt counted when its pass starts, its end counted as finished_reason "length" (what its
 reply says), its queue time and e2e latency observed (it has no tokens, so no other phase).
+
+Beside vLLM's names, the connections closed because a client was too slow to send a request
+(guard.py): nanospec:client_timeouts_total, with `part` "headers" or "body".
 
 What this file deliberately leaves out: prefix caching and preemption counts (nanospec has
 neither), and the per-request token-count histograms.
@@ -231,6 +235,13 @@ class ServerMetrics:
             registry=self.registry,
         )
         self.success = {r: success.labels(**labels, finished_reason=r) for r in FINISHED_REASONS}
+        timeouts = Counter(
+            "nanospec:client_timeouts",
+            "Connections closed because the client was too slow to send a request's part.",
+            [*labels, "part"],
+            registry=self.registry,
+        )
+        self.timed_out = {p: timeouts.labels(**labels, part=p) for p in ("headers", "body")}
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes and the rest
         self.kv_cache_bytes = make(
             Gauge, "nanospec:kv_cache_bytes", "Bytes of the target's KV cache, every slot."

@@ -25,12 +25,13 @@ The command itself — flags, warm-up, the socket, signals — is launch.py.
 A client that leaves cancels its request, whatever it was waiting for: its place in the queue,
 its whole completion, or the next event of its stream; its slot is free before the next step.
 
-A request body is at most MAX_BODY_BYTES (413 past it, whether or not it says its length); a
-prompt longer in characters than any the context can hold is refused before it is tokenized
-(/v1/completions and /tokenize alike; /detokenize takes at most the context's ids), and all
-text work happens on one worker thread (service.py), so one huge request cannot stall every
-other client. A prompt scored without generating (echo, max_tokens 0) is admitted, drained and
-counted like generation (scheduler.py).
+A request body is at most MAX_BODY_BYTES (413 past it, whether or not it says its length) and
+must come within BODY_TIMEOUT_S of its headers, which must come within HEADERS_TIMEOUT_S
+(guard.py); a prompt longer in characters than any the context can hold is refused before it
+is tokenized (/v1/completions and /tokenize alike; /detokenize takes at most the context's
+ids), and all text work happens on one worker thread (service.py), so one huge request cannot
+stall every other client. A prompt scored without generating (echo, max_tokens 0) is admitted,
+drained and counted like generation (scheduler.py).
 
 With an API key (`nanospec serve --api-key`, or NANOSPEC_API_KEY), /v1/... and /tokenize,
 /detokenize need `Authorization: Bearer KEY` (else 401, OpenAI's shape); /health and /metrics
@@ -64,7 +65,9 @@ from nanospec.serving.api import (
 )
 from nanospec.serving.engine import Engine
 from nanospec.serving.guard import (
+    BODY_TIMEOUT_S,
     ERRORS,
+    HEADERS_TIMEOUT_S,
     MAX_BODY_BYTES,
     ApiKey,
     BodyLimit,
@@ -72,6 +75,7 @@ from nanospec.serving.guard import (
     error_response,
     http_error,
     invalid_request,
+    timed_h11,
 )
 from nanospec.serving.logprobs import target_scorer
 from nanospec.serving.metrics import ServerMetrics
@@ -198,9 +202,12 @@ def build_app(
     max_queue: int = 64,
     max_body_bytes: int = MAX_BODY_BYTES,
     api_key: str | None = None,
+    headers_timeout: float = HEADERS_TIMEOUT_S,
+    body_timeout: float = BODY_TIMEOUT_S,
 ) -> FastAPI:
     """The HTTP app over `engine` (with `api_key`, the guarded routes need it); its lifespan
-    starts the engine thread and, at shutdown, drains and stops it."""
+    starts the engine thread and, at shutdown, drains and stops it. Serve it with uvicorn's
+    http=app.state.http: the h11 protocol with `headers_timeout` (guard.timed_h11)."""
     meters = ServerMetrics(served_name, positions=engine.loop.depth)
     meters.memory(engine.state)
     scheduler = Scheduler(engine, meters, max_queue, target_scorer(engine))
@@ -215,6 +222,7 @@ def build_app(
 
     app = FastAPI(title="nanospec", lifespan=lifespan)
     app.state.service = svc
+    app.state.http = timed_h11(headers_timeout, meters.timed_out["headers"].inc)
     app.add_api_route("/v1/completions", create_completion, methods=["POST"], responses=ERRORS)
     app.add_api_route("/v1/models", list_models, methods=["GET"])
     app.add_api_route(
@@ -245,7 +253,12 @@ def build_app(
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(HTTPException, http_error)
-    app.add_middleware(BodyLimit, limit=max_body_bytes)
+    app.add_middleware(
+        BodyLimit,
+        limit=max_body_bytes,
+        seconds=body_timeout,
+        timed_out=meters.timed_out["body"].inc,
+    )
     if api_key:  # added last, so outermost: a client without the key is refused unread
         app.add_middleware(ApiKey, key=api_key)
     return app
