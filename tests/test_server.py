@@ -13,7 +13,7 @@ disconnects mid-stream are reproduced exactly.
 - slots + queue requests are taken, however fast they come, and the next is 429 — prompts to
   score (echo, max_tokens 0) included; a client that disconnects frees its slot (within a
   step or two, streaming or not); stop strings cut the text and never show; a draining server
-  is 503;
+  is 503, /health too;
 - TextStream (serving/text.py) by known answers: a character split across tokens, a stop
   string split across steps, and stop strings within min_tokens (text, not a stop);
 - ~1 MB /tokenize and /detokenize requests stall neither /health nor a running stream;
@@ -583,10 +583,15 @@ def test_stop_strings_cut_the_text_and_free_the_slot(live):
 
 
 def test_a_draining_server_refuses_new_requests_with_503(live):
+    """Generation and prompts to score alike (scoring was once answered, draining or not), and
+    /health says 503 too, so that a load balancer sends the next request elsewhere."""
     live.scheduler.drain()
     try:
-        r = httpx.post(live.url + "/v1/completions", json=GOOD)
-        assert r.status_code == 503 and r.json()["error"]["type"] == "server_error"
+        for body in (GOOD, {**GOOD, "echo": True, "max_tokens": 0}):
+            r = httpx.post(live.url + "/v1/completions", json=body)
+            assert r.status_code == 503 and r.json()["error"]["type"] == "server_error", r.text
+        health = httpx.get(live.url + "/health")
+        assert health.status_code == 503 and "shutting down" in health.json()["error"]["message"]
     finally:
         live.scheduler.draining = False  # the module's other tests go on using it
 

@@ -37,8 +37,9 @@ With an API key (`nanospec serve --api-key`, or NANOSPEC_API_KEY), /v1/... and /
 /detokenize need `Authorization: Bearer KEY` (else 401, OpenAI's shape); /health and /metrics
 stay open, as vLLM leaves them.
 
-Shutting down (SIGTERM or Ctrl-C): uvicorn stops accepting connections and waits for the open
-ones; the engine thread refuses anything new (503) and finishes what it has; then it ends.
+Shutting down (SIGTERM or Ctrl-C): the engine thread refuses anything new (503, /health too)
+and finishes what it has, while the server still listens; then uvicorn stops listening, waits
+for the open connections, and the engine thread ends (launch.draining).
 
 What this file deliberately leaves out: chat completions, embeddings, TLS (put a proxy in
 front), several keys or models.
@@ -154,12 +155,18 @@ async def retrieve_model(model_id: str, request: HttpRequest):
 
 
 async def health(request: HttpRequest):
-    """200 with a small JSON body while the engine runs. (vLLM's is an empty 200; probes read
-    only the status, and a body with a content type is kinder to a person or a client that
-    parses what it gets — the 503 beside it is JSON too.)"""
-    if request.app.state.service.scheduler.alive:
+    """200 with a small JSON body while the engine runs and takes requests, else 503 (a
+    draining server finishes what it has: a load balancer should send the rest elsewhere).
+    (vLLM's is an empty 200; probes read only the status, and a body with a content type is
+    kinder to a person or a client that parses what it gets — the 503 is JSON too.)"""
+    scheduler = request.app.state.service.scheduler
+    if not scheduler.alive:
+        why = "The engine thread is not running."
+    elif scheduler.draining:
+        why = "The server is shutting down: it finishes the requests it has and takes no new ones."
+    else:
         return {"status": "ok"}
-    return error_response(ApiError(503, "The engine thread is not running.", kind="server_error"))
+    return error_response(ApiError(503, why, code="service_unavailable", kind="server_error"))
 
 
 async def metrics(request: HttpRequest):
