@@ -14,9 +14,9 @@ disconnects mid-stream are reproduced exactly.
   score (echo, max_tokens 0) included; a client that disconnects frees its slot (within a
   step or two, streaming or not); stop strings cut the text and never show; a draining server
   is 503, /health too;
+- ~1 MB /tokenize and /detokenize requests stall neither /health nor a running stream;
 - TextStream (serving/text.py) by known answers: a character split across tokens, a stop
   string split across steps, and stop strings within min_tokens (text, not a stop);
-- ~1 MB /tokenize and /detokenize requests stall neither /health nor a running stream;
 - and one real `nanospec serve` process on the shipped checkpoints: the same text streamed or
   not, and SIGTERM drains an in-flight stream to its end, then the process exits 0.
 """
@@ -39,6 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nanospec.cli import main
 from nanospec.decode import Bundle
+from nanospec.load.soak import HUGE
 from nanospec.model import GPT, ModelConfig
 from nanospec.serving.engine import Request
 from nanospec.serving.launch import build_engine, speculative_config
@@ -761,10 +762,6 @@ def test_a_port_in_use_is_one_sentence(capsys):
     assert err.count("\n") == 1 and "Cannot listen on 127.0.0.1" in err
 
 
-# About 1 MB of text, under the body limit: the issue's prompt (some 700k tokens to tokenize).
-HUGE = ("The capital of France is Paris. " * 33_000)[: 2**20 - 200]
-
-
 def test_a_huge_tokenize_stalls_neither_health_nor_a_running_stream(live):
     """While ~1 MB /tokenize requests (with token_strs) and /detokenize requests of 250k ids
     keep arriving, four at a time, /health answers and a running stream's chunks keep coming,
@@ -774,9 +771,9 @@ def test_a_huge_tokenize_stalls_neither_health_nor_a_running_stream(live):
     unread now: the text is longer than any prompt the context holds, the ids more than it
     holds."""
     pace, bound = 0.25, 2.0  # seconds: a step, and the longest wait allowed
-    bodies = {
-        "/tokenize": json.dumps({"prompt": HUGE, "return_token_strs": True}).encode(),
-        "/detokenize": json.dumps({"tokens": [65] * 250_000}).encode(),
+    bodies = {  # (about 1 MB each: the soak's, load/soak.py)
+        "/tokenize": json.dumps({**HUGE["/tokenize"], "return_token_strs": True}).encode(),
+        "/detokenize": json.dumps(HUGE["/detokenize"]).encode(),
     }
     flooding, codes, waits = threading.Event(), [], {"health": [], "chunks": []}
 
