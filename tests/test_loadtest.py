@@ -5,10 +5,10 @@ cli/loadtest.py).
 - Poisson arrivals: deterministic under a seed, with the mean gap 1/λ (statistical);
 - the crossover and "adaptive within 5%" verdicts on rows made by hand;
 - the real load generator, through the CLI's --url, against a real server in this process
-  (tiny untrained models, a draft model at γ = 3, two slots): every request completes, the
-  tokens the clients counted are the tokens /metrics counted, percentiles are ordered, the
-  memory gauges are the engine state's bytes, the JSON is written atomically and the plots
-  exist;
+  (tiny untrained models, a draft model at γ = 3, two slots, an API key): every request
+  completes, the tokens the clients counted are the tokens /metrics counted, percentiles are
+  ordered, the memory gauges are the engine state's bytes, the JSON is written atomically
+  (without the key) and the plots exist; without the key, one sentence that names --api-key;
 - every bad flag is one sentence, and so is a `nanospec serve` that cannot start;
 - and (slow) the whole command, launching `nanospec serve` processes on the shipped models.
 No test asserts a time.
@@ -37,6 +37,8 @@ from nanospec.serving.launch import build_engine, speculative_config
 from nanospec.serving.server import build_app
 from tests.conftest import SHIPPED
 from tests.test_server import serve_in_thread
+
+KEY = "sk-loadtest"  # the API key of the module's server
 
 
 def test_the_statistics_of_one_request_by_hand():
@@ -211,7 +213,7 @@ def test_vllm_disable_is_serves_own_reading_of_vllms_config():
 @pytest.fixture(scope="module")
 def server(tiny_tokenizer):
     """A real server in this process: tiny draft and target models with room for the facts
-    prompts (n_ctx 192), speculative at γ = 3, two slots."""
+    prompts (n_ctx 192), speculative at γ = 3, two slots, guarded by the API key KEY."""
 
     def tiny(seed, name):
         cfg = ModelConfig.from_dict(
@@ -221,7 +223,9 @@ def server(tiny_tokenizer):
 
     bundle = Bundle(tiny_tokenizer, {"target": tiny(0, "target"), "draft": tiny(1, "draft")})
     engine = build_engine(bundle, "draft", gamma=3, slots=2)
-    uv, thread, port = serve_in_thread(build_app(engine, tiny_tokenizer, "nanospec", 64))
+    uv, thread, port = serve_in_thread(
+        build_app(engine, tiny_tokenizer, "nanospec", 64, api_key=KEY)
+    )
     yield f"http://127.0.0.1:{port}", engine
     uv.should_exit = True
     thread.join(timeout=60)
@@ -238,6 +242,7 @@ def test_the_memory_gauges_are_the_engine_states_bytes(server):
 
 def test_a_load_test_of_a_running_server(server, tmp_path, monkeypatch, capsys):
     url, _ = server
+    monkeypatch.delenv("NANOSPEC_API_KEY", raising=False)
     writes = []
     real_write = loadtest_command.atomic_write
     monkeypatch.setattr(
@@ -264,11 +269,14 @@ def test_a_load_test_of_a_running_server(server, tmp_path, monkeypatch, capsys):
                 "--plots",
                 str(tmp_path / "plots"),
                 "--ignore-eos",
+                "--api-key",
+                KEY,
             ]
         )
         == 0
     )
     after = loadgen.scrape(url)
+    assert KEY not in out.read_text()  # the key is sent, never written
     assert writes == [out] and [p.name for p in tmp_path.iterdir() if p.is_file()] == [out.name]
     report = json.loads(out.read_text())
     found = report["workloads"]["facts"]
@@ -300,14 +308,27 @@ def test_a_load_test_of_a_running_server(server, tmp_path, monkeypatch, capsys):
 
 def test_the_load_generator_counts_a_refusal_as_a_failure(server):
     url, _ = server
-    bad = Ask("not-the-model", 4)
+    bad = Ask("not-the-model", 4, api_key=KEY)
     results, _ = asyncio.run(loadgen.closed_loop(url, ["The capital"], bad, 1, 2))
     assert [r.ok for r in results] == [False, False]
     assert results[0].error.startswith("HTTP 404: ") and results[0].error.endswith(".")
 
 
+def test_a_server_that_needs_a_key_is_one_sentence_without_it(server, monkeypatch, capsys):
+    url, _ = server
+    monkeypatch.delenv("NANOSPEC_API_KEY", raising=False)
+    for key, fragment in (
+        ([], "needs an API key: give it with --api-key"),
+        (["--api-key", "no"], "other than the one given"),
+    ):
+        assert main(["loadtest", "--url", url, "--requests-per-level", "64", *key]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and fragment in err and "Traceback" not in err
+
+
 BAD = [
     (["--strategies", "ar,nope"], "--strategies takes"),
+    (["--api-key", "k"], "--api-key is the key of a --url server"),
     (["--workloads", "poems"], "--workloads takes"),
     (["--concurrency", "0,2"], "--concurrency values"),
     (["--concurrency", "4", "--requests-per-level", "3"], "at least the largest"),

@@ -10,9 +10,11 @@ disconnects mid-stream are reproduced exactly.
   reference tokens come from the same engine, driven directly, before the server starts);
 - /v1/models, /health, and /metrics under vLLM's names, counting what the clients received;
 - every bad request is its 4xx with OpenAI's error shape, one sentence;
-- slots + queue requests are taken, however fast they come, and the next is 429; a client
-  that disconnects frees its slot (within a step or two, streaming or not); stop strings cut
-  the text and never show; a draining server is 503;
+- slots + queue requests are taken, however fast they come, and the next is 429 — prompts to
+  score (echo, max_tokens 0) included; a client that disconnects frees its slot (within a
+  step or two, streaming or not); stop strings cut the text and never show; a draining server
+  is 503, /health too;
+- ~1 MB /tokenize and /detokenize requests stall neither /health nor a running stream;
 - TextStream (serving/text.py) by known answers: a character split across tokens, a stop
   string split across steps, and stop strings within min_tokens (text, not a stop);
 - and one real `nanospec serve` process on the shipped checkpoints: the same text streamed or
@@ -37,6 +39,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nanospec.cli import main
 from nanospec.decode import Bundle
+from nanospec.load.soak import HUGE
 from nanospec.model import GPT, ModelConfig
 from nanospec.serving.engine import Request
 from nanospec.serving.launch import build_engine, speculative_config
@@ -150,7 +153,7 @@ def serve_in_thread(app):
     """(uvicorn server, its thread, port) on a free loopback port, once it is listening."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", http=app.state.http))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     eventually(lambda: server.started, "the server started")
@@ -435,6 +438,48 @@ def test_a_burst_fills_every_slot_and_the_queue_before_a_429(live):
     )
 
 
+def test_prompts_to_score_are_admitted_like_generation(live):
+    """echo with max_tokens 0 (scoring a prompt, as lm-eval does) takes a place in slots +
+    queue like any request: with the engine thread held at a first request's insert, a burst
+    of S + Q - 1 + k prompts to score gets exactly k 429s, and the rest wait their turn, then
+    are answered. (Scoring once skipped the queue: the whole burst was taken at once, however
+    large, and ran beside everything else.)"""
+    slots, k, s = live.gate.n_slots, 2, live.scheduler
+    score = {**GOOD, "echo": True, "max_tokens": 0, "logprobs": 2}
+    results = {}
+
+    def ask(i, body):
+        results[i] = httpx.post(live.url + "/v1/completions", timeout=120, json=body)
+
+    live.gate.inserts.clear()
+    first = threading.Thread(target=ask, args=("first", {**GOOD, "max_tokens": 4}))
+    burst = [
+        threading.Thread(target=ask, args=(i, score)) for i in range(slots + MAX_QUEUE - 1 + k)
+    ]
+    try:
+        first.start()
+        eventually(lambda: len(s.admitting) == 1, "the engine thread holds the first request")
+        for t in burst:
+            t.start()
+        eventually(
+            lambda: len(results) + len(s.waiting) + len(s.admitting) == 1 + len(burst),
+            "every request answered or in flight",
+        )
+        refused = [r for r in results.values() if r.status_code == 429]
+        assert len(refused) == len(results) == k, [r.status_code for r in results.values()]
+    finally:
+        live.gate.inserts.set()
+        for t in [first, *burst]:
+            t.join()
+    statuses = sorted(r.status_code for r in results.values())
+    assert statuses == [200] * (slots + MAX_QUEUE) + [429] * k
+    for r in results.values():
+        if r.status_code == 200 and r.json()["choices"][0]["logprobs"]:  # the scored ones
+            one = r.json()["choices"][0]
+            assert one["text"] == GOOD["prompt"] and one["finish_reason"] == "length"
+            assert len(one["logprobs"]["tokens"]) == r.json()["usage"]["prompt_tokens"]
+
+
 def test_a_non_streaming_client_that_disconnects_is_cancelled_within_a_step(live):
     """Deltas come every step, here every 50 ms (faster than any poll for a hang-up would
     look): clients that wait for whole completions and hang up mid-decode are cancelled within
@@ -539,10 +584,15 @@ def test_stop_strings_cut_the_text_and_free_the_slot(live):
 
 
 def test_a_draining_server_refuses_new_requests_with_503(live):
+    """Generation and prompts to score alike (scoring was once answered, draining or not), and
+    /health says 503 too, so that a load balancer sends the next request elsewhere."""
     live.scheduler.drain()
     try:
-        r = httpx.post(live.url + "/v1/completions", json=GOOD)
-        assert r.status_code == 503 and r.json()["error"]["type"] == "server_error"
+        for body in (GOOD, {**GOOD, "echo": True, "max_tokens": 0}):
+            r = httpx.post(live.url + "/v1/completions", json=body)
+            assert r.status_code == 503 and r.json()["error"]["type"] == "server_error", r.text
+        health = httpx.get(live.url + "/health")
+        assert health.status_code == 503 and "shutting down" in health.json()["error"]["message"]
     finally:
         live.scheduler.draining = False  # the module's other tests go on using it
 
@@ -710,3 +760,63 @@ def test_a_port_in_use_is_one_sentence(capsys):
         assert main(["serve", "--port", str(taken.getsockname()[1])]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Cannot listen on 127.0.0.1" in err
+
+
+def test_a_huge_tokenize_stalls_neither_health_nor_a_running_stream(live):
+    """While ~1 MB /tokenize requests (with token_strs) and /detokenize requests of 250k ids
+    keep arriving, four at a time, /health answers and a running stream's chunks keep coming,
+    each within 2 s: eight of this test's slowed steps, generous for a loaded 2-core machine.
+    (Before the guard, each such /tokenize held the event loop for seconds while its 700k ids
+    became JSON: measured here, /health and the stream stalled 2.7-4.4 s.) Both are refused
+    unread now: the text is longer than any prompt the context holds, the ids more than it
+    holds."""
+    pace, bound = 0.25, 2.0  # seconds: a step, and the longest wait allowed
+    bodies = {  # (about 1 MB each: the soak's, load/soak.py)
+        "/tokenize": json.dumps({**HUGE["/tokenize"], "return_token_strs": True}).encode(),
+        "/detokenize": json.dumps(HUGE["/detokenize"]).encode(),
+    }
+    flooding, codes, waits = threading.Event(), [], {"health": [], "chunks": []}
+
+    def flood(path):
+        while flooding.is_set():
+            r = httpx.post(
+                live.url + path,
+                content=bodies[path],
+                headers={"Content-Type": "application/json"},
+                timeout=300,
+            )
+            codes.append(r.status_code)
+
+    def probe():
+        while flooding.is_set():
+            start = time.monotonic()
+            assert httpx.get(live.url + "/health", timeout=300).status_code == 200
+            waits["health"].append(time.monotonic() - start)
+            time.sleep(0.05)
+
+    helpers = [threading.Thread(target=flood, args=(p,)) for p in ["/tokenize"] * 3]
+    helpers += [
+        threading.Thread(target=flood, args=("/detokenize",)),
+        threading.Thread(target=probe),
+    ]
+    body = {**GOOD, "max_tokens": 40, "ignore_eos": True, "temperature": 0, "stream": True}
+    live.gate.pace = pace
+    flooding.set()
+    try:
+        with httpx.stream("POST", live.url + "/v1/completions", json=body, timeout=300) as r:
+            last = None
+            for line in (line for line in r.iter_lines() if line.startswith("data: ")):
+                if last is None:  # the stream runs: now the flood begins
+                    for t in helpers:
+                        t.start()
+                else:
+                    waits["chunks"].append(time.monotonic() - last)
+                last = time.monotonic()
+    finally:
+        flooding.clear()
+        live.gate.pace = 0.0
+        for t in helpers:
+            if t.ident is not None:
+                t.join()
+    assert max(waits["chunks"]) < bound and max(waits["health"]) < bound, waits
+    assert codes and set(codes) == {400}  # refused unread, every one

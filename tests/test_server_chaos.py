@@ -1,6 +1,8 @@
 """The server tried the way it fails, as a real `nanospec serve` process: a bounded
 schemathesis run against its own /openapi.json (no case may get a 5xx or break the schema),
-and SIGTERM with requests running and waiting (every one completes, exactly).
+and SIGTERM with requests running and waiting — completions and prompts to score, while ~1 MB
+/tokenize and /detokenize requests keep arriving — every one completes, exactly, and what
+comes during the drain is a 503.
 
 The fault injections (a failing admission, a failing step, a dying engine thread), the burst
 that gets exactly the right number of 429s and the disconnects that free their slots within
@@ -12,10 +14,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import httpx
 import pytest
 
+from nanospec.load.soak import HUGE
 from tests.conftest import SHIPPED
 from tests.test_server import eventually, serve_process
 
@@ -71,16 +76,50 @@ def test_schemathesis_finds_no_server_error(tiny_ckpt_dir, tmp_path):
         proc.wait(timeout=120)
 
 
+class Flood:
+    """A thread sending ~1 MB /tokenize and /detokenize requests back to back (each must be a
+    400: longer than any prompt, more ids than the context), and probing /health between
+    them: how many it sent, and the longest /health took. It stops when told, or when the
+    server has gone (after its drain)."""
+
+    def __init__(self, url: str):
+        self.url, self.sent, self.slowest, self.codes = url, 0, 0.0, set()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self):
+        with httpx.Client(timeout=300) as client:
+            while not self.stop.is_set():
+                try:
+                    for path, body in HUGE.items():
+                        assert client.post(self.url + path, json=body).status_code == 400
+                        self.sent += 1
+                    start = time.monotonic()
+                    self.codes.add(client.get(self.url + "/health").status_code)
+                    self.slowest = max(self.slowest, time.monotonic() - start)
+                except httpx.TransportError:  # the drained server has exited
+                    return
+
+    def end(self) -> "Flood":
+        self.stop.set()
+        self.thread.join()
+        return self
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(
     sys.platform == "win32",
     reason="on Windows SIGTERM is TerminateProcess: there is no drain to test",
 )
 def test_sigterm_under_load_finishes_every_request_running_or_waiting():
-    """One slot, eight requests in flight (one running, the rest waiting; half of them
-    streamed), then SIGTERM: each completes with exactly the text it gets alone, and the
-    process exits 0. (The shipped models, 96 tokens each: the tiny ones, or shorter
-    requests, finish eight before the last has arrived, once their programs are compiled.)"""
+    """One slot, eight completions in flight (one running, the rest waiting; half of them
+    streamed) and two prompts to score queued behind them, ~1 MB /tokenize and /detokenize
+    requests arriving all the while; then SIGTERM: each completion and each score is exactly
+    what it is alone, a request sent while the server drains gets a 503 (and /health says
+    503), every huge request was a 400 and /health kept answering, and the process exits 0.
+    (The shipped models, 96 tokens each: the tiny ones, or shorter requests, finish eight
+    before the last has arrived, once their programs are compiled.)"""
     proc, url = launch(SHIPPED, "--slots", "1", "--max-queue", "16")
     prompts = [
         f"The capital of {c} is"
@@ -95,8 +134,15 @@ def test_sigterm_under_load_finishes_every_request_running_or_waiting():
         "seed": i,
         "stream": i % 2 == 1,
     }
+    scored = lambda i: {  # a prompt to score (lm-eval's way): echo, max_tokens 0, logprobs
+        "model": "nanospec",
+        "prompt": prompts[i],
+        "max_tokens": 0,
+        "echo": True,
+        "logprobs": 3,
+    }
 
-    def ask(i) -> str:
+    def ask(i):
         with httpx.stream("POST", url + "/v1/completions", json=body(i), timeout=300) as r:
             assert r.status_code == 200, r.read()
             if not body(i)["stream"]:
@@ -105,6 +151,12 @@ def test_sigterm_under_load_finishes_every_request_running_or_waiting():
             assert chunks[-1] == "[DONE]"
             return "".join(json.loads(c)["choices"][0]["text"] for c in chunks[:-1])
 
+    def score(i):
+        r = httpx.post(url + "/v1/completions", json=scored(i), timeout=300)
+        assert r.status_code == 200, r.text
+        lp = r.json()["choices"][0]["logprobs"]
+        return lp["tokens"], lp["token_logprobs"][1:]  # (the first has no context: null)
+
     def count(name: str) -> float:
         return sum(
             float(ln.split()[-1])
@@ -112,23 +164,43 @@ def test_sigterm_under_load_finishes_every_request_running_or_waiting():
             if ln.startswith(name)
         )
 
+    def in_flight(n: int) -> bool:  # n requests arrived, and some still wait for the slot
+        waiting = count("vllm:num_requests_waiting")
+        return (
+            waiting > 0
+            and count("vllm:num_requests_running")
+            + waiting
+            + count("vllm:request_success_total")
+            - before
+            == n
+        )
+
+    log: list[str] = []  # the server's stderr, read as it comes (its access log fills a pipe)
+    reader = threading.Thread(target=lambda: log.extend(iter(proc.stderr.readline, "")))
+    reader.start()
     try:
         alone = [ask(i) for i in range(len(prompts))]
-        before = count("vllm:request_success_total")
-        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        alone_scores = [score(i) for i in range(2)]
+        before, flood = count("vllm:request_success_total"), Flood(url)
+        with concurrent.futures.ThreadPoolExecutor(len(prompts) + 2) as pool:
             futures = [pool.submit(ask, i) for i in range(len(prompts))]
-
-            def all_in():  # every request arrived, and some still wait for the slot
-                waiting = count("vllm:num_requests_waiting")
-                return waiting > 0 and count("vllm:num_requests_running") + waiting + count(
-                    "vllm:request_success_total"
-                ) - before == len(prompts)
-
-            eventually(all_in, "every request is in flight", limit=120)
+            eventually(lambda: in_flight(len(prompts)), "every request is in flight", limit=120)
+            scores = [pool.submit(score, i) for i in range(2)]  # behind them in the queue
+            eventually(lambda: in_flight(len(prompts) + 2), "both scores wait", limit=120)
             proc.send_signal(signal.SIGTERM)
+            eventually(lambda: any("draining" in line for line in log), "the drain began")
+            late = httpx.post(url + "/v1/completions", json=body(0), timeout=60)
+            assert late.status_code == 503, late.text  # not a refused connection
+            assert late.json()["error"]["code"] == "service_unavailable"
+            assert httpx.get(url + "/health").status_code == 503
             assert [f.result(timeout=300) for f in futures] == alone
+            for f, (tokens, logprobs) in zip(scores, alone_scores):
+                assert f.result(timeout=300) == (tokens, pytest.approx(logprobs, abs=1e-5))
+        flood.end()
+        assert flood.sent > 0 and flood.codes <= {200, 503} and flood.slowest < 5.0
         assert proc.wait(timeout=120) == 0
-        assert "Traceback" not in proc.stderr.read()
+        reader.join()
+        assert "Traceback" not in "".join(log)
     finally:
         if proc.poll() is None:
             proc.kill()

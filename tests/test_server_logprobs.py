@@ -7,10 +7,14 @@ for a greedy and a sampled speculative completion, with and without echo, and fo
 max_tokens 0 (a prompt's own log-likelihood, how lm-eval scores a model). The tokens the
 server lists are the engine's own (from the engine driven directly, before the server starts),
 top_logprobs are sorted and hold the argmax and the chosen token, and the official client
-parses the reply. Bad values are 400s naming the field.
+parses the reply; the passes run one at a time, however many ask. Bad values are 400s naming
+the field.
 """
 
 import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import jax
@@ -19,6 +23,7 @@ import pytest
 
 from nanospec.decode import Bundle
 from nanospec.model import forward
+from nanospec.serving import logprobs
 from nanospec.serving.engine import Request
 from nanospec.serving.launch import build_engine
 from nanospec.serving.server import build_app
@@ -143,6 +148,34 @@ def test_echo_with_max_tokens_0_scores_the_prompt_alone(live):
         events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     assert "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]) == text
+
+
+def test_scoring_runs_one_pass_at_a_time(live, monkeypatch):
+    """Prompts to score (echo, max_tokens 0) and finished completions' logprobs share one
+    scoring thread: six asked at once, the target's passes run one after another, each
+    over at most the context, so however many wait, scoring's work at any moment is one pass
+    (the server's slots + queue bound how many wait). (Each once took a worker thread of its
+    own: six at once ran six passes side by side, slowing every stream.)"""
+    real, lock, running, most = logprobs.score, threading.Lock(), [0], [0]
+
+    def watched(*args, **kw):  # the real pass, counted, made long enough to overlap
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            time.sleep(0.05)
+            return real(*args, **kw)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(logprobs, "score", watched)
+    scored = dict(prompt="The capital of France is", max_tokens=0, echo=True, logprobs=TOP)
+    bodies = [scored] * 4 + [body_of(CASES[0], logprobs=TOP)] * 2
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        replies = list(pool.map(lambda body: post(live, **body), bodies))
+    assert all(r["choices"][0]["logprobs"]["tokens"] for r in replies)
+    assert most[0] == 1, f"{most[0]} passes at once"
 
 
 def test_echo_streams_the_prompt_first(live):

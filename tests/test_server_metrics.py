@@ -1,5 +1,6 @@
-"""The server's per-request histograms, per-position acceptance and KV-cache usage
-(serving/metrics.py), read from /metrics the way Prometheus scrapes it.
+"""The server's per-request histograms, per-position acceptance, KV-cache usage and what a
+"request" is (vLLM's: a choice; a prompt to score is one too) (serving/metrics.py), read from
+/metrics the way Prometheus scrapes it.
 
 A server on a loopback port over the tiny untrained models (a draft model, γ = 3, two slots),
 its steps behind the gate of tests/test_server.py, which holds a request mid-decode so that
@@ -93,6 +94,33 @@ def test_each_request_is_one_observation_of_every_phase(live):
         s["request_inference_time"], rel=1e-6
     )
     assert all(r["usage"]["completion_tokens"] > 1 for r in got) and s["request_decode_time"] > 0
+
+
+def test_a_prompt_is_counted_once_a_choice_and_a_scored_prompt_like_any(live):
+    """vllm:prompt_tokens_total has vLLM's meaning: each choice is an engine request that reads
+    its prompt, so n = 2 counts the prompt twice, where usage counts it once (vLLM's v1
+    counts a request's prompt_len per child request: metrics.py). A prompt scored without
+    generating (echo, max_tokens 0) is counted like any request: its prompt tokens, its end
+    (finished_reason "length", as its reply says), its queue time and latency. (Scoring was
+    once counted nowhere.)"""
+    before = scrape(live)
+    made = ask(live, CASES[0], n=2)
+    scored = ask(live, CASES[0], n=2, max_tokens=0, echo=True, logprobs=1)
+    eventually(lambda: scrape(live)["vllm:num_requests_running"] == 0, "idle")
+    delta = {k: v - before.get(k, 0) for k, v in scrape(live).items()}
+    prompt = made["usage"]["prompt_tokens"]  # counted once in usage, whatever n
+    assert scored["usage"] == {
+        "prompt_tokens": prompt,
+        "completion_tokens": 0,
+        "total_tokens": prompt,
+    }
+    assert delta["vllm:prompt_tokens_total"] == 2 * prompt + 2 * prompt
+    assert delta["vllm:generation_tokens_total"] == made["usage"]["completion_tokens"]
+    ended = sum(delta[f"vllm:request_success_total{{{r}}}"] for r in ("stop", "length"))
+    assert ended == 4 and delta["vllm:request_success_total{length}"] >= 2
+    for name in ("request_queue_time", "e2e_request_latency"):
+        assert delta[f"vllm:{name}_seconds_count"] == 4, name
+    assert delta["vllm:time_to_first_token_seconds_count"] == 2  # scoring has no tokens
 
 
 def test_per_position_acceptance_falls_with_position_and_sums_to_accepted(live):

@@ -6,7 +6,10 @@ can hold the tokenizing of a marked prompt.
 
 - a body over the limit is a 413 in OpenAI's shape, whether it says its length or comes
   chunked; a prompt longer in characters than any the context holds is a 400 without being
-  tokenized; tokenizing runs off the event loop (/health answers while a prompt is held);
+  tokenized, at /tokenize as at /v1/completions, and /detokenize takes no more ids than the
+  context; tokenizing runs off the event loop (/health answers while a prompt is held);
+- a client that trickles its headers or its body in is cut off (this module's server allows
+  SLOW seconds for each), and counted;
 - what OpenAI or vLLM refuse is a 400 that names the field: a value of the wrong JSON type
   (no coercion), five stop strings, stream_options without stream, a max_tokens the context
   cannot hold after the prompt (an omitted max_tokens never is);
@@ -17,7 +20,9 @@ can hold the tokenizing of a marked prompt.
 """
 
 import json
+import socket
 import threading
+import time
 
 import httpx
 import openai
@@ -31,6 +36,7 @@ from nanospec.serving.server import MAX_BODY_BYTES, build_app
 from tests.test_server import serve_in_thread
 
 N_CTX = 64
+SLOW = 1.5  # seconds this module's server allows for a request's headers, and for its body
 GOOD = {"model": "nanospec", "prompt": "The capital", "max_tokens": 2}
 HOLD = "HOLD "  # a prompt that begins so waits, mid-tokenize, for its test to let it go
 
@@ -81,7 +87,7 @@ def server(tiny_tokenizer):
     target = (cfg, *nnx.split(GPT(cfg, nnx.Rngs(0))))
     engine = build_engine(Bundle(tiny_tokenizer, {"target": target}), "ar", gamma=1, slots=1)
     tok = Watched(tiny_tokenizer)
-    app = build_app(engine, tok, "nanospec", max_queue=4)
+    app = build_app(engine, tok, "nanospec", max_queue=4, headers_timeout=SLOW, body_timeout=SLOW)
     uv, thread, port = serve_in_thread(app)
     yield Server(app, tok, port)
     tok.release.set()
@@ -141,6 +147,90 @@ def test_tokenizing_runs_off_the_event_loop(server):
         server.tok.release.set()
         held.join()
     assert results["r"].status_code == 200, results["r"].text
+
+
+def test_tokenize_and_detokenize_are_bounded_like_a_prompt(server):
+    """/tokenize refuses a text longer than any prompt the context holds, unread, as
+    /v1/completions does (its tokenizer never sees it), and /detokenize more ids than the
+    context holds; the schema says both limits."""
+    longest = server.service.max_chars
+    r = httpx.post(server.url + "/tokenize", json={"prompt": "x" * (longest + 1)})
+    assert openai_error(r, 400, "prompt")["code"] == "context_length_exceeded"
+    assert "x" * (longest + 1) not in server.tok.encoded
+    fits = httpx.post(server.url + "/tokenize", json={"prompt": "x" * longest})
+    assert fits.status_code == 200 and fits.json()["count"] > N_CTX  # counted, not refused
+    r = httpx.post(server.url + "/detokenize", json={"tokens": [65] * (N_CTX + 1)})
+    assert f"more than a request here holds ({N_CTX})" in openai_error(r, 400, "tokens")["message"]
+    assert httpx.post(server.url + "/detokenize", json={"tokens": [65] * N_CTX}).status_code == 200
+    bodies = httpx.get(server.url + "/openapi.json").json()["components"]["schemas"]
+    assert bodies["TokenizeBody"]["properties"]["prompt"]["maxLength"] == longest
+    assert bodies["DetokenizeBody"]["properties"]["tokens"]["maxItems"] == N_CTX
+    text = bodies["CompletionBody"]["properties"]["prompt"]["anyOf"][0]
+    assert text == {"type": "string", "maxLength": longest}
+
+
+def trickle(server, head: bytes, drip: bytes) -> tuple[bytes, float]:
+    """Send `head` at once, then `drip` a byte every 0.1 s until the server closes the
+    connection (or 20 s pass): what it answered, and how long after `head` it closed."""
+    with socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1]))) as s:
+        s.sendall(head)
+        s.settimeout(0.1)
+        start, answer = time.monotonic(), b""
+        for byte in drip:
+            if time.monotonic() - start > 20:  # held open: the caller says so
+                break
+            try:
+                s.sendall(bytes([byte]))
+                got = s.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:  # reset: closed
+                break
+            if not got:
+                break
+            answer += got
+        return answer, time.monotonic() - start
+
+
+def test_a_client_that_trickles_its_headers_or_body_is_closed_and_counted(server):
+    """Headers that never end, and a body sent a byte at a time, each on its own connection:
+    both are closed once SLOW seconds have passed (the body with a 408 in OpenAI's shape,
+    which says so; headers have no request to answer), and /metrics counts one of each.
+    (Both were once held open without limit.)"""
+
+    def timeouts() -> dict[str, float]:
+        text = httpx.get(server.url + "/metrics").text
+        return {
+            part: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            for part in ("headers", "body")
+            if line.startswith("nanospec:client_timeouts_total{") and f'part="{part}"' in line
+        }
+
+    before, got = timeouts(), {}
+    post = b"POST /v1/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+    cases = {
+        "headers": (b"", post + b"X-Slow: " + b"a" * 1000),
+        "body": (post + b"Content-Length: 1000\r\n\r\n", b'{"model": "nanospec", ' + b" " * 900),
+    }
+    threads = [
+        threading.Thread(target=lambda k=k: got.update({k: trickle(server, *cases[k])}))
+        for k in cases
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for part, (_, seconds) in got.items():
+        assert SLOW <= seconds < SLOW + 10, f"a trickling {part} was held {seconds:.1f} s"
+    assert got["headers"][0] == b""
+    status, _, body = got["body"][0].partition(b"\r\n")
+    assert status == b"HTTP/1.1 408 Request Timeout", got["body"][0]
+    error = json.loads(body.split(b"\r\n\r\n", 1)[1])["error"]
+    assert "did not all arrive within 1.5 seconds" in error["message"]
+    after = timeouts()
+    assert {k: after[k] - before.get(k, 0) for k in after} == {"headers": 1, "body": 1}
+    assert httpx.get(server.url + "/health").status_code == 200
 
 
 # ------------------------------------------------------------ what OpenAI and vLLM refuse

@@ -18,7 +18,7 @@
     nanospec loadtest [--strategies ar,draft,adaptive,vllm-disable] [--workloads facts,mixed]
                       [--concurrency 1,2,4,...,64] [--requests-per-level N] [--max-tokens N]
                       [--temperature T] [--rates R1,R2] [--json FILE] [--plots DIR]
-                      [--url URL [--label NAME]]      load `nanospec serve` over HTTP
+                      [--url URL [--label NAME] [--api-key KEY]]  load `nanospec serve`
 
 FOLDER is a Hugging Face GPT-2-family model folder (hf/folder.py), in place of a shipped model.
 
@@ -355,6 +355,12 @@ def add_loadtest(sub) -> None:
     t.add_argument("--plots", default=None, metavar="DIR", help="also write SVG plots here")
     t.add_argument("--url", default=None, help="load this running server instead")
     t.add_argument("--label", default=None, help="with --url: the name in the report")
+    t.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="with --url: the server's key, sent as Authorization: Bearer KEY "
+        "(default: $NANOSPEC_API_KEY)",
+    )
 
     def run(args):  # the load generator (httpx, rich's progress) is imported only to run it
         from nanospec.cli.loadtest import cmd_loadtest

@@ -42,6 +42,12 @@ def plan_from(args) -> Plan:
             "--label names the run of a --url server; launched servers are "
             "labelled by their strategy."
         )
+    if args.api_key and not args.url:
+        raise UserError(
+            "--api-key is the key of a --url server; the servers the load test launches have none."
+        )
+    # The flag, else the environment's (as `nanospec serve` reads it), for a --url server.
+    api_key = (args.api_key or os.environ.get("NANOSPEC_API_KEY")) if args.url else None
     strategies = (args.strategies or ",".join(STRATEGIES)).split(",")
     if args.url:
         if not args.url.startswith(("http://", "https://")):
@@ -54,7 +60,7 @@ def plan_from(args) -> Plan:
                 f"No server answers at {url}/health; start one with `nanospec "
                 f"serve`, or drop --url to let the load test launch its own."
             )
-        strategies = [args.label or served_model(url)]
+        strategies = [args.label or served_model(url, api_key)]
     elif not strategies or not set(strategies) <= set(STRATEGIES):
         raise UserError(
             f"--strategies takes a comma-separated list of {', '.join(STRATEGIES)}, "
@@ -100,6 +106,7 @@ def plan_from(args) -> Plan:
         method,
         args.max_model_len,
         args.ignore_eos,
+        api_key,
     )
 
 
@@ -133,7 +140,7 @@ def cmd_loadtest(args) -> int:
         out,
         json.dumps(
             {
-                "plan": asdict(plan),
+                "plan": {k: v for k, v in asdict(plan).items() if k != "api_key"},
                 "cpus": os.cpu_count(),
                 "seconds": round(time.time() - started, 1),
                 "workloads": results,

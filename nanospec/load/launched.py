@@ -174,9 +174,18 @@ class Servers:
         self.running = {}
 
 
-def served_model(url: str) -> str:
-    """The served model's name: the first of GET /v1/models."""
-    return httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
+def served_model(url: str, api_key: str | None = None) -> str:
+    """The served model's name: the first of GET /v1/models (which needs the server's key,
+    if it has one: a 401 is one sentence saying which flag gives it)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    r = httpx.get(url + "/v1/models", timeout=30, headers=headers)
+    if r.status_code == 401:
+        raise UserError(
+            f"The server at {url} needs an API key"
+            f"{' other than the one given' if api_key else ''}: give it with --api-key "
+            f"KEY (or the environment's NANOSPEC_API_KEY)."
+        )
+    return r.json()["data"][0]["id"]
 
 
 def wait_idle(url: str, limit: float = 60.0) -> None:

@@ -54,6 +54,12 @@ class Ask:
     max_tokens: int = 32  # tokens to generate (fewer if the model ends the text)
     temperature: float = 0.0  # 0: greedy
     ignore_eos: bool = False  # vLLM's: every request runs to max_tokens (fixed-length runs)
+    api_key: str | None = field(default=None, repr=False)  # sent as Authorization: Bearer
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Every request's headers: the API key, if the server needs one."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def body(self, prompt: str, seed: int) -> dict:
         """One request's body.
@@ -144,7 +150,7 @@ async def closed_loop(
     (request i takes prompts[i mod len], seed i): (results, seconds from first send to last)."""
     results, indices = [], iter(range(n))  # one iterator: each index is taken by one client
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(timeout=TIMEOUT, limits=limits) as client:
+    async with httpx.AsyncClient(timeout=TIMEOUT, limits=limits, headers=ask.headers) as client:
 
         async def one_client():
             for i in indices:
@@ -171,7 +177,7 @@ async def open_loop(
     in flight: (results, seconds from the first send to the last answer)."""
     results = []
     async with httpx.AsyncClient(
-        timeout=TIMEOUT, limits=httpx.Limits(max_connections=None)
+        timeout=TIMEOUT, limits=httpx.Limits(max_connections=None), headers=ask.headers
     ) as client:
 
         async def one(i):

@@ -3,7 +3,7 @@
     nanospec loadtest [--strategies ar,draft,adaptive,vllm-disable] [--workloads facts,mixed]
                       [--concurrency 1,2,4,8,16,32,64] [--requests-per-level 128]
                       [--max-tokens 32] [--ignore-eos] [--temperature 0] [--rates 2,8]
-                      [--json FILE] [--plots DIR] [--url URL [--label NAME]]
+                      [--json FILE] [--plots DIR] [--url URL [--label NAME] [--api-key KEY]]
 
 The through-the-server version of load/crossover.py: the same question — where does
 speculation stop paying as concurrency grows? — asked the way a user meets it, with HTTP,
@@ -40,7 +40,7 @@ child process (launched.py).
 import asyncio
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -76,6 +76,7 @@ class Plan:
     method: str = "draft"  # the speculative strategies' drafter
     max_len: int | None = None  # serve --max-model-len (None: the model's context)
     ignore_eos: bool = False  # every request asks for max_tokens exactly (vLLM's ignore_eos)
+    api_key: str | None = field(default=None, repr=False)  # the --url server's (never written)
 
     def serve_flags(self, strategy: str) -> list[str]:
         """The `nanospec serve` flags of `strategy`'s servers in this sweep."""
@@ -111,7 +112,13 @@ def run_level(
 ) -> dict:
     """One strategy at one level — {"concurrency": C} or {"rate": λ} — with a live progress
     line (requests done, running tokens/s): its summary, and the server's figures."""
-    ask = Ask(served_model(url), plan.max_tokens, plan.temperature, plan.ignore_eos)
+    ask = Ask(
+        served_model(url, plan.api_key),
+        plan.max_tokens,
+        plan.temperature,
+        plan.ignore_eos,
+        plan.api_key,
+    )
     what = f"C = {level['concurrency']}" if "concurrency" in level else f"{level['rate']} req/s"
     task = progress.add_task(f"{label} {what}", total=plan.requests, rate="")
     start, tokens = time.perf_counter(), [0]

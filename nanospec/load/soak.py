@@ -9,6 +9,9 @@ C clients send requests back to back for the given time, each one drawn at rando
     whole       not streamed: it must come back with its choice and usage
     leave       streamed, and the client hangs up after a few chunks (a cancelled request)
     bad         a body the server must refuse: it must be a 4xx in OpenAI's error shape
+    score       a prompt scored, not generated (echo, max_tokens 0, logprobs: lm-eval's way):
+                it must come back with a logprob for every prompt token
+    huge        ~1 MB to /tokenize or /detokenize, more than any prompt: it must be a 400
 
 A request is *lost* when it should have completed and did not (an error, a stream without
 [DONE], a reply without its text); an *error* is any 5xx or a refusal that was not a 4xx. The
@@ -46,7 +49,12 @@ BAD = [
     {"model": "nanospec", "prompt": "x", "top_k": 2**31},
     {"model": "other", "prompt": "x"},
 ]
-KINDS = ("stream", "whole", "leave", "bad")
+KINDS = ("stream", "whole", "leave", "bad", "score", "huge")
+WEIGHTS = (4, 4, 1, 1, 1, 1)
+HUGE = {  # about 1 MB each, under the body limit: refused unread (serving/service.py)
+    "/tokenize": {"prompt": ("The capital of France is Paris. " * 33_000)[: 2**20 - 200]},
+    "/detokenize": {"tokens": [65] * 250_000},
+}
 
 
 async def one(client: httpx.AsyncClient, kind: str, rng: random.Random, most: int) -> str:
@@ -60,10 +68,20 @@ async def one(client: httpx.AsyncClient, kind: str, rng: random.Random, most: in
         "seed": rng.randrange(2**31),
     }
     try:
-        if kind == "bad":
-            r = await client.post("/v1/completions", json=rng.choice(BAD))
+        if kind in ("bad", "huge"):
+            path = rng.choice(list(HUGE)) if kind == "huge" else "/v1/completions"
+            r = await client.post(path, json=HUGE[path] if kind == "huge" else rng.choice(BAD))
             ok = 400 <= r.status_code < 500 and "message" in r.json().get("error", {})
             return "refused" if ok else "error"
+        if kind == "score":
+            scored = {**body, "max_tokens": 0, "echo": True, "logprobs": rng.randint(0, 5)}
+            r = await client.post("/v1/completions", json=scored)
+            if r.status_code >= 500:
+                return "error"
+            reply = r.json() if r.status_code == 200 else {}
+            lp = (reply.get("choices") or [{}])[0].get("logprobs") or {}
+            counted = reply.get("usage", {}).get("prompt_tokens")
+            return "ok" if counted and len(lp.get("tokens", ())) == counted else "lost"
         if kind == "whole":
             r = await client.post("/v1/completions", json=body)
             if r.status_code >= 500:
@@ -98,7 +116,7 @@ async def soak(url: str, seconds: float, concurrency: int, seed: int = 0) -> dic
         async def client_loop(c: int):
             rng = random.Random(seed * 1000 + c)
             while time.monotonic() < end:
-                kind = rng.choices(KINDS, weights=(4, 4, 1, 1))[0]
+                kind = rng.choices(KINDS, weights=WEIGHTS)[0]
                 outcome = await one(client, kind, rng, most)
                 counts[kind][outcome] = counts[kind].get(outcome, 0) + 1
 

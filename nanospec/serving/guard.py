@@ -2,11 +2,17 @@
 
 On the way in (ASGI middleware, before any route reads the body): `ApiKey`, when the server
 has a key, and `BodyLimit`, which refuses a body past MAX_BODY_BYTES with a 413 whether or not
-it says its length. On the way out: every error — the server's own ApiError, FastAPI's 422 for
+it says its length, and one that has not all come within BODY_TIMEOUT_S of its headers with a
+408 (and closes the connection). Below ASGI, before there is a request to answer, `timed_h11`
+closes a connection whose request line and headers have not all come within HEADERS_TIMEOUT_S:
+a client that trickles them in (or opens a connection and sends nothing) holds a socket and
+its memory, and a thousand such clients would hold a thousand. Both timeouts are counted
+(nanospec:client_timeouts_total, by part). On the way out: every error — the server's own ApiError, FastAPI's 422 for
 a body it cannot read, Starlette's 404 and 405 — in OpenAI's shape (api.ApiError.body), and
 the OpenAPI schema says so (ERRORS) instead of documenting FastAPI's 422.
 """
 
+import asyncio
 import hmac
 
 from fastapi import Request as HttpRequest
@@ -21,6 +27,12 @@ from nanospec.serving.api import ApiError, ErrorBody
 # shipped models, under 52 KiB even as JSON escapes (12 bytes a character at most), so 1 MiB
 # never refuses a request a model here could serve.
 MAX_BODY_BYTES = 2**20
+# How long a client has to send a request: its request line and headers, from the moment the
+# connection opens or its last response ends (so longer than uvicorn's keep-alive of 5 s,
+# which closes an idle connection first), and its whole body, from its headers: 30 s is
+# 35 KB/s for the largest body, where nginx, for one, allows 60 s between two reads.
+HEADERS_TIMEOUT_S = 10.0
+BODY_TIMEOUT_S = 30.0
 SERVED = (
     "POST /v1/completions, GET /v1/models, POST /tokenize, POST /detokenize, "
     "GET /health and GET /metrics"
@@ -103,18 +115,21 @@ class ApiKey:
         await response(scope, receive, send)
 
 
-class BodyTooLarge(HTTPException):
-    """A body past the limit, found while it streams in (FastAPI passes HTTPExceptions raised
-    while it reads the body through to the app's handler: http_error, a 413)."""
+class BodyRefused(HTTPException):
+    """A body refused while it streams in, past the limit (413) or too slow (408): FastAPI
+    passes HTTPExceptions raised while it reads the body through to the app's handler,
+    http_error."""
 
 
 class BodyLimit:
     """ASGI middleware: a request body over `limit` bytes is a 413 in OpenAI's shape — at once
     if its Content-Length says so, else as soon as the bytes read pass the limit (a chunked
-    body has no length). uvicorn discards the rest of a body nobody read."""
+    body has no length). uvicorn discards the rest of a body nobody read. A body that has not
+    all come `seconds` after its headers is a 408 (`timed_out()` counts it) that closes the
+    connection: the rest would come as slowly."""
 
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app, limit: int, seconds: float = BODY_TIMEOUT_S, timed_out=None):
+        self.app, self.limit, self.seconds, self.timed_out = app, limit, seconds, timed_out
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -122,17 +137,35 @@ class BodyLimit:
         length = dict(scope["headers"]).get(b"content-length", b"")
         if length.isdigit() and int(length) > self.limit:
             return await error_response(self.too_large(int(length)))(scope, receive, send)
-        seen = 0
+        seen, whole, due = 0, False, asyncio.get_running_loop().time() + self.seconds
 
         async def counted():
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, whole
+            if whole:  # what comes after the body is the hang-up, whenever the client leaves
+                return await receive()
+            try:
+                left = due - asyncio.get_running_loop().time()
+                message = await asyncio.wait_for(receive(), max(left, 0))
+            except TimeoutError:
+                if self.timed_out is not None:
+                    self.timed_out()
+                raise self.too_slow() from None
+            whole = not message.get("more_body", False)
             seen += len(message.get("body", b""))
             if seen > self.limit:
-                raise BodyTooLarge(413, self.too_large().message)
+                raise BodyRefused(413, self.too_large().message)
             return message
 
         await self.app(scope, counted, send)
+
+    def too_slow(self) -> HTTPException:
+        """The 408 of a body too slow to come, closing the connection."""
+        return BodyRefused(
+            408,
+            f"The request body did not all arrive within {self.seconds:g} seconds of its "
+            f"headers; send it at once.",
+            headers={"Connection": "close"},
+        )
 
     def too_large(self, length: int | None = None) -> ApiError:
         size = "" if length is None else f" ({length} bytes)"
@@ -144,13 +177,62 @@ class BodyLimit:
         )
 
 
+def timed_h11(seconds: float, timed_out=None) -> type:
+    """uvicorn's h11 protocol (pass it as uvicorn's `http`), except that a request's line and
+    headers must all come within `seconds` of the connection's opening or of its last
+    response's end, else the connection is closed (there is no request yet to answer). A
+    connection that sent part of a request meanwhile is a slow client, and `timed_out()` counts
+    it; one that sent nothing is idle, closed uncounted (keep-alive's own timer closes most)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class TimedH11(H11Protocol):
+        received, timer = 0, None  # bytes so far; the pending check
+
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            self.expect_headers()
+
+        def on_response_complete(self):
+            super().on_response_complete()
+            self.expect_headers()
+
+        def connection_lost(self, exc):
+            if self.timer is not None:
+                self.timer.cancel()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            self.received += len(data)
+            super().data_received(data)
+
+        def expect_headers(self):
+            """Check in `seconds` that a request has come since now."""
+            if self.timer is not None:
+                self.timer.cancel()
+            if not self.transport.is_closing():
+                since = (self.cycle, self.received)
+                self.timer = self.loop.call_later(seconds, self.headers_due, *since)
+
+        def headers_due(self, cycle, received: int):
+            # subtle: a new cycle means a request's headers came (uvicorn makes one per
+            # request); the cycle checked may itself be one still running, pipelined behind
+            # the last response, and then the check is its response's end's, not this one's.
+            if self.cycle is not cycle or (cycle and not cycle.response_complete):
+                return
+            if self.received != received and timed_out is not None:
+                timed_out()
+            self.transport.close()
+
+    return TimedH11
+
+
 # The OpenAPI schema's errors: what the server sends, not FastAPI's default 422 (whose
 # place "default" takes: any other status has the same shape).
 ERRORS = {
     400: {"model": ErrorBody, "description": "A bad request; error.param names the field."},
     "default": {
         "model": ErrorBody,
-        "description": "Any other error (401, 404, 413, 429, 500, 503), in the same shape.",
+        "description": "Any other error (401, 404, 408, 413, 429, 500, 503), in the same shape.",
     },
 }
 

@@ -182,21 +182,32 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def draining(server_class, scheduler: Scheduler):
-    """uvicorn's Server, except that the first SIGTERM (or Ctrl-C) also stops the engine
-    thread taking requests (503) and says how many it is finishing."""
+    """uvicorn's Server, except that the first SIGTERM (or Ctrl-C) drains before uvicorn shuts
+    down: the engine thread takes no new request (a 503, and /health says 503, so that a load
+    balancer looks elsewhere) and finishes the ones it has — running, waiting or being scored —
+    while the server still listens; once it has, uvicorn stops listening and exits. A second
+    signal starts uvicorn's own shutdown at once (stop listening, wait for the open requests);
+    a third Ctrl-C, uvicorn's force quit."""
 
     class DrainingServer(server_class):
         def handle_exit(self, sig, frame):
-            if not scheduler.draining:
+            first = not scheduler.draining
+            super().handle_exit(sig, frame)  # (uvicorn raises the signal again once it ends)
+            if first:
                 scheduler.drain()
-                n = len(scheduler.running) + len(scheduler.waiting)
+                self.should_exit = False  # not yet: on_tick ends it, once drained
+                n = scheduler.in_flight
                 print(
                     f"nanospec: draining: finishing {n} request{'s' * (n != 1)} in flight, "
-                    f"taking no new ones.",
+                    f"answering new ones 503.",
                     file=sys.stderr,
                     flush=True,
                 )
-            super().handle_exit(sig, frame)
+
+        async def on_tick(self, counter: int) -> bool:
+            if scheduler.draining and scheduler.idle:  # (uvicorn ticks every 0.1 s)
+                self.should_exit = True
+            return await super().on_tick(counter)
 
     return DrainingServer
 
@@ -219,7 +230,7 @@ def cmd_serve(args) -> int | None:
     warm_up(engine)
     app = build_app(engine, bundle.tok, args.served_model_name, args.max_queue, api_key=api_key)
     server = draining(uvicorn.Server, app.state.service.scheduler)(
-        uvicorn.Config(app, log_level="info")
+        uvicorn.Config(app, log_level="info", http=app.state.http)
     )
     print(
         f"nanospec: serving {args.served_model_name!r} ({spec['method']}, {args.slots} "

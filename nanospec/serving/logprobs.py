@@ -9,8 +9,9 @@ position, and where each token begins in the text.
 
 Whatever made a token — the target itself, or a draft the target accepted — its logprob is the
 target's: the choice is scored once it has ended, by one plain forward pass over prompt and
-completion (score.py), on a worker thread, so that neither the event loop nor the engine thread
-waits for it. (JAX may be called from two threads at once; the pass only reads the target's
+completion (score.py), on the scheduler's scoring thread, so that neither the event loop nor the
+engine thread waits for it, and one pass runs at a time however many ask (a prompt scored
+without generating, echo with max_tokens 0, is a queued job whose pass runs there too). (JAX may be called from two threads at once; the pass only reads the target's
 weights, and no engine program donates them.) The law is the model's own, before temperature
 and top-k/top-p (vLLM's default, "raw" logprobs).
 
@@ -32,7 +33,6 @@ What this file deliberately leaves out: logprobs in a stream (refused, api.py: e
 cost a pass over everything before it), and "processed" logprobs (after temperature or cuts).
 """
 
-import asyncio
 import codecs
 
 import numpy as np
@@ -114,12 +114,13 @@ async def echo_and_logprobs(
     scorer, tok, prompt: list[int], generated: list[int], text: str, echo: bool, top: int | None
 ) -> tuple[str, dict | None]:
     """A choice's text (with echo, its prompt's text first) and its logprobs object (None if
-    not asked for), from the prompt's ids, every token generated and the completion's text."""
+    not asked for), from the prompt's ids, every token generated and the completion's text;
+    `await scorer(ids, top)` scores the ids (off the event loop)."""
     starts, head = decoded(tok, prompt)
     shown = head + text if echo else text
     if top is None:
         return shown, None
-    scored = await asyncio.to_thread(scorer, prompt + generated, top)
+    scored = await scorer(prompt + generated, top)
     rows = list(zip(range(len(prompt)), starts)) if echo else []
     offsets, _ = decoded(tok, generated, len(head))
     rows += [

@@ -3,9 +3,9 @@
 Names as vLLM's v1 engine exports them (vLLM 0.11 and later: vllm/v1/metrics/loggers.py and
 vllm/v1/spec_decode/metrics.py), with the same `model_name` and `engine` labels:
 
-    vllm:num_requests_running            gauge      requests in a decode slot
+    vllm:num_requests_running            gauge      requests in a decode slot (or being scored)
     vllm:num_requests_waiting            gauge      requests queued for a slot
-    vllm:prompt_tokens_total             counter    prompt tokens prefilled
+    vllm:prompt_tokens_total             counter    prompt tokens read, once per choice (below)
     vllm:generation_tokens_total         counter    tokens generated (what the clients get)
     vllm:request_success_total           counter    finished requests, by finished_reason
     vllm:kv_cache_usage_perc             gauge      share of the KV cache holding tokens (0-1)
@@ -45,14 +45,27 @@ every slot, whether a request is in it or not (its shapes are static, so these n
     nanospec:draft_state_bytes    gauge  the drafter's state (the draft model's KV cache); 0 for AR
 
 Each app has its own CollectorRegistry (tests build several apps in one process; the global
-registry would refuse the second set of names). Every method is called from the engine thread;
-prometheus_client's metrics are thread-safe, so /metrics may read them at any time.
+registry would refuse the second set of names). Every method is called from the engine thread
+(the timeouts' counts, from the event loop); prometheus_client's metrics are thread-safe, so
+/metrics may read them at any time.
 
-A prompt scored without generating (echo with max_tokens 0) never reaches the engine and is
-counted nowhere here.
+"Request" here is what vLLM's engine calls one: a choice. A completion with n = 4 is four
+engine requests, each reading its prompt, so vllm:prompt_tokens_total grows by four times the
+prompt and request_success_total by four, where the reply's usage.prompt_tokens counts the
+prompt once. That is vLLM's meaning: its v1 engine runs n = 4 as four child requests and adds
+each one's prompt_len once its prefill is done (vllm/v1/metrics/stats.py,
+IterationStats.update_from_output); vllm-project/vllm#56361 reports prompt_tokens_total = n x
+prompt measured on vLLM 0.28. Kept so that a vLLM dashboard reads the same numbers here; a
+choice that leaves before its slot was never read and is not counted.
+A prompt scored without generating (echo with max_tokens 0) is a request like the others: its
+prompt counted when its pass starts, its end counted as finished_reason "length" (what its
+reply says), its queue time and e2e latency observed (it has no tokens, so no other phase).
+
+Beside vLLM's names, the connections closed because a client was too slow to send a request
+(guard.py): nanospec:client_timeouts_total, with `part` "headers" or "body".
 
 What this file deliberately leaves out: prefix caching and preemption counts (nanospec has
-neither), the per-request token-count histograms, and a scored prompt's work.
+neither), and the per-request token-count histograms.
 """
 
 import jax
@@ -152,7 +165,9 @@ class ServerMetrics:
 
         self.running = make(Gauge, "vllm:num_requests_running", "Requests in a decode slot.")
         self.waiting = make(Gauge, "vllm:num_requests_waiting", "Requests waiting for a slot.")
-        self.prompt_tokens = make(Counter, "vllm:prompt_tokens", "Prompt tokens prefilled.")
+        self.prompt_tokens = make(
+            Counter, "vllm:prompt_tokens", "Prompt tokens read, once per choice (as vLLM counts)."
+        )
         self.generation_tokens = make(Counter, "vllm:generation_tokens", "Tokens generated.")
         self.ttft = make(
             Histogram,
@@ -220,6 +235,13 @@ class ServerMetrics:
             registry=self.registry,
         )
         self.success = {r: success.labels(**labels, finished_reason=r) for r in FINISHED_REASONS}
+        timeouts = Counter(
+            "nanospec:client_timeouts",
+            "Connections closed because the client was too slow to send a request's part.",
+            [*labels, "part"],
+            registry=self.registry,
+        )
+        self.timed_out = {p: timeouts.labels(**labels, part=p) for p in ("headers", "body")}
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes and the rest
         self.kv_cache_bytes = make(
             Gauge, "nanospec:kv_cache_bytes", "Bytes of the target's KV cache, every slot."

@@ -8,8 +8,16 @@
 
 How many: `submit` takes a request's jobs (one per choice: n, and a list of prompts, make
 several) while they all fit in slots + max_queue beside the jobs in flight (waiting, being
-admitted or running), so a burst fills every slot and the queue before anyone gets a 429,
-and a request never runs some of its choices while the rest are refused.
+admitted, running or being scored), so a burst fills every slot and the queue before anyone
+gets a 429, and a request never runs some of its choices while the rest are refused.
+
+A prompt scored without generating (echo with max_tokens 0) is a job like any other: it waits
+its turn in the same queue, counts against the same slots + queue, is drained and counted in
+the metrics the same way (vLLM runs such a request through its scheduler too). It needs no
+slot: when it reaches the head of the queue the engine thread hands it to the one scoring
+thread (a forward pass over at most the context, score.py, off the engine thread, so the
+steps go on), which hands it back; the engine thread answers it. One pass at a time, however
+many wait: scoring's work is bounded as generation's is.
 
 Why one thread: JAX dispatches from whichever thread calls it, and two threads stepping one
 engine would race on its state. Keeping every engine call on one thread makes the engine need
@@ -20,7 +28,7 @@ so a stop string frees the slot the moment it appears, and the metrics count exa
 tokens up to and including the one that completed the stop (vLLM counts the same way).
 
 Draining (SIGTERM): `drain()` refuses new requests; the thread serves what it already has —
-running and waiting — then `stop()` ends it once it is idle.
+running, waiting and being scored — and `idle` says when it has done; then `stop()` ends it.
 
 Faults: no single request may stop the engine. An error while admitting one job, or while
 turning one job's tokens into text, fails that job alone (a 500 in OpenAI's shape). A step
@@ -33,66 +41,27 @@ What this file deliberately leaves out: priorities, preemption, and any limit on
 flight other than the engine's slots.
 """
 
-import asyncio
 import threading
 import time
 import traceback
 from collections import deque
-from typing import NamedTuple
+from concurrent.futures import ThreadPoolExecutor
 
 from nanospec.errors import UserError
 from nanospec.serving.api import ApiError
-from nanospec.serving.engine import Request
+from nanospec.serving.job import Delta, Job
 from nanospec.serving.metrics import ServerMetrics
-from nanospec.serving.text import TextStream
-
-
-class Delta(NamedTuple):
-    """What one step gave one job, as its HTTP handler reads it."""
-
-    text: str  # new text, safe to send (may be "")
-    tokens: int  # tokens generated so far
-    finish: str | None  # "stop" or "length" when this is the last delta
-    error: ApiError | None = None  # the job failed instead
-
-
-class Job:
-    """One request's life in the server, shared by its handler and the engine thread.
-
-    The handler builds it on the event loop and reads `next()`; the engine thread posts Deltas
-    to its mailbox. The only thing the handler writes afterwards is `cancelled`."""
-
-    def __init__(self, request: Request, text: TextStream, loop: asyncio.AbstractEventLoop):
-        self.request, self.text, self.loop = request, text, loop
-        self.mailbox: asyncio.Queue[Delta] = asyncio.Queue()
-        self.cancelled = False
-        self.arrived = time.perf_counter()
-        self.admitted: float | None = None  # when its insert into a slot began
-        self.first: float | None = None  # when a step first gave it tokens
-        self.last: float | None = None  # when a step last gave it tokens
-        self.tokens = 0  # tokens generated, through the stop string if one was met
-        self.ids: list[int] = []  # those tokens (for logprobs, scored once it ends)
-
-    def post(self, delta: Delta) -> None:
-        """From the engine thread: hand `delta` to the handler on its event loop."""
-        try:
-            self.loop.call_soon_threadsafe(self.mailbox.put_nowait, delta)
-        except RuntimeError:  # the event loop has closed: nobody is waiting any more
-            pass
-
-    async def next(self) -> Delta:
-        """The next delta (raises the job's ApiError if it failed)."""
-        delta = await self.mailbox.get()
-        if delta.error is not None:
-            raise delta.error
-        return delta
 
 
 class Scheduler:
     """Owns `engine` on its own thread; admits waiting jobs first come, first served."""
 
-    def __init__(self, engine, metrics: ServerMetrics, max_queue: int):
+    def __init__(self, engine, metrics: ServerMetrics, max_queue: int, score=None):
         self.engine, self.metrics, self.max_queue = engine, metrics, max_queue
+        self.score = score  # score(ids, top): the target's logprobs (logprobs.target_scorer)
+        self.scorer = ThreadPoolExecutor(1, thread_name_prefix="nanospec-score")
+        self.scoring: list[Job] = []  # prompts handed to the scoring thread
+        self.scored: list[tuple[Job, Exception | None]] = []  # handed back, to be answered
         self.waiting: deque[Job] = deque()
         self.running: dict[int, Job] = {}  # slot -> job; only the engine thread writes it
         self.cond = threading.Condition()
@@ -111,6 +80,17 @@ class Scheduler:
     def alive(self) -> bool:
         return self.thread.is_alive() and self.crashed is None
 
+    @property
+    def in_flight(self) -> int:
+        """Jobs taken and not yet answered: waiting, being admitted, running or scored."""
+        return (
+            len(self.waiting)
+            + len(self.admitting)
+            + len(self.running)
+            + len(self.scoring)
+            + len(self.scored)
+        )
+
     def submit(self, *jobs: Job) -> None:
         """Queue `jobs` (one request's choices: all of them, or none), or refuse them: 503
         while draining or dead, 429 when the slots and the queue have no room for them all."""
@@ -126,8 +106,7 @@ class Scheduler:
             # subtle: count every job in flight against slots + queue, not the queue alone: a
             # burst arrives faster than the engine thread moves jobs into free slots, and
             # those jobs, still in `waiting`, would fill the queue while slots stand empty.
-            in_flight = len(self.waiting) + len(self.admitting) + len(self.running)
-            if in_flight + len(jobs) > self.engine.n_slots + self.max_queue:
+            if self.in_flight + len(jobs) > self.engine.n_slots + self.max_queue:
                 raise ApiError(
                     429,
                     f"The server is full ({self.engine.n_slots} requests "
@@ -151,6 +130,11 @@ class Scheduler:
                 self.metrics.finished("abort", time.perf_counter() - job.arrived)
             self.cond.notify()
 
+    @property
+    def idle(self) -> bool:
+        """No job in flight (draining: every request taken has been answered)."""
+        return self.in_flight == 0
+
     def drain(self) -> None:
         """Take no new requests; finish the ones already here. Safe in a signal handler: it
         sets one flag and takes no lock."""
@@ -163,12 +147,14 @@ class Scheduler:
             self.stopping = True
             self.cond.notify()
         self.thread.join()
+        self.scorer.shutdown()
 
     # ------------------------------------------------------------ the engine thread
 
     def run(self) -> None:
         try:
             while self.wait_for_work():
+                self.answer_scored()
                 self.drop_cancelled()
                 self.admit()
                 self.load()
@@ -183,9 +169,11 @@ class Scheduler:
                 f"The engine stopped ({self.crashed}); the server is exiting.",
                 kind="server_error",
             )
-            with self.cond:
-                jobs = [*self.admitting, *self.running.values(), *self.waiting]
+            with self.cond:  # (a job the scoring thread has is answered here, not by it)
+                jobs = [*self.admitting, *self.running.values(), *self.waiting, *self.scoring]
+                jobs += [job for job, _ in self.scored]
                 self.waiting.clear()
+                self.scored = []
             for job in jobs:  # every client gets its answer now, not at its timeout
                 job.post(Delta("", job.tokens, None, error))
             if self.on_crash is not None:  # the server exits non-zero, for a supervisor
@@ -196,7 +184,9 @@ class Scheduler:
         cache that holds a token (a busy slot holds its prompt and what it generated)."""
         held = sum(len(job.request.prompt) + job.tokens for job in self.running.values())
         self.metrics.load(
-            len(self.running), len(self.waiting), held / (self.engine.n_slots * self.engine.max_len)
+            len(self.running) + len(self.scoring),  # a prompt being scored runs too (vLLM's)
+            len(self.waiting),
+            held / (self.engine.n_slots * self.engine.max_len),
         )
 
     def fail(self, job: Job, e: Exception, slot: int | None = None) -> None:
@@ -223,9 +213,11 @@ class Scheduler:
     def wait_for_work(self) -> bool:
         """Sleep until there is a job (True) or we are stopping with none left (False)."""
         with self.cond:
-            while not (self.waiting or self.running or self.stopping):
+            while not (
+                self.waiting or self.running or self.scored or (self.stopping and not self.scoring)
+            ):
                 self.cond.wait()
-            return bool(self.waiting or self.running)
+            return bool(self.waiting or self.running or self.scored)
 
     def drop_cancelled(self) -> None:
         for slot, job in list(self.running.items()):
@@ -234,14 +226,19 @@ class Scheduler:
                 self.end(slot, job, "abort")
 
     def admit(self) -> None:
-        """Waiting jobs into free slots, in arrival order (a cancelled one is dropped). A job
-        the engine refuses gets a 400; one whose insert fails, a 500; neither stops the rest."""
-        while self.engine.free_slots:
+        """Waiting jobs into free slots, in arrival order (a cancelled one is dropped; a prompt
+        to score goes to the scoring thread, needing no slot). A job the engine refuses gets a
+        400; one whose insert fails, a 500; neither stops the rest."""
+        while True:
             with self.cond:
-                if not self.waiting:
+                head = self.waiting[0] if self.waiting else None
+                if head is None or not (head.scoring or self.engine.free_slots):
                     return
                 job = self.waiting.popleft()
                 self.admitting = [job]  # in neither place: a crash must still answer it
+            if job.scoring and not job.cancelled:
+                self.start_scoring(job)
+                continue
             slot = None
             if job.cancelled:  # between leaving the queue and here
                 self.metrics.finished("abort", time.perf_counter() - job.arrived)
@@ -260,6 +257,46 @@ class Scheduler:
                     self.running[slot] = job
             if slot is not None:
                 self.metrics.prompt_tokens.inc(len(job.request.prompt))
+
+    def start_scoring(self, job: Job) -> None:
+        """Hand a prompt to score (the job being admitted) to the scoring thread."""
+        job.admitted = time.perf_counter()
+        with self.cond:
+            self.admitting = []
+            self.scoring.append(job)
+        self.metrics.prompt_tokens.inc(len(job.request.prompt))  # read, as a prefill reads it
+        self.scorer.submit(self.run_score, job)
+
+    def run_score(self, job: Job) -> None:
+        """On the scoring thread: the pass over one prompt, then the job back to the engine
+        thread (which answers it and counts it, as it does every job)."""
+        error = None
+        try:
+            if job.top is not None and not job.cancelled:
+                job.scored = self.score(list(job.request.prompt), job.top)
+        except Exception as e:  # a bug met on this prompt: it alone fails
+            traceback.print_exc()
+            error = e
+        with self.cond:
+            self.scoring.remove(job)
+            if self.crashed is None:  # (else the dying engine thread answered it)
+                self.scored.append((job, error))
+            self.cond.notify()
+
+    def answer_scored(self) -> None:
+        """Answer the prompts the scoring thread handed back: finish_reason "length", as vLLM
+        gives a prompt scored without generating."""
+        with self.cond:
+            done, self.scored = self.scored, []
+        for job, error in done:
+            if error is not None:
+                self.fail(job, error)
+            elif job.cancelled:
+                self.metrics.finished("abort", time.perf_counter() - job.arrived)
+            else:
+                self.metrics.finished("length", time.perf_counter() - job.arrived)
+                self.metrics.phases(job.arrived, job.admitted, None, None, 0)
+                job.post(Delta("", 0, "length"))
 
     def step(self) -> None:
         """One engine step; each job's new tokens become text (cut at a stop string).

@@ -3,12 +3,20 @@
 `Service` holds the served model's name, tokenizer and engine thread, and knows how a request
 body becomes jobs and a reply; `Choices` is one request's jobs (one per choice) read as a
 single stream of deltas.
+
+Text work — tokenizing a prompt (/v1/completions, /tokenize), detokenizing ids (/detokenize) —
+is bounded before it starts (a text no longer in characters than a prompt the context can
+hold, `max_chars`; no more ids than it holds, `n_ctx`) and runs on one worker thread of its
+own, never on the event loop: the event loop answers /health and every stream's next chunk,
+and one huge request must not stall them (a 1 MB /tokenize once froze it for seconds: the
+tokenizing was off the loop, but turning 700k ids into JSON was not).
 """
 
 import asyncio
 import json
 import secrets
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from fastapi.responses import StreamingResponse
@@ -29,9 +37,10 @@ from nanospec.serving.api import (
     usage,
 )
 from nanospec.serving.engine import Request
+from nanospec.serving.job import Delta, Job
 from nanospec.serving.logprobs import echo_and_logprobs, echo_text
 from nanospec.serving.metrics import ServerMetrics
-from nanospec.serving.scheduler import Delta, Job, Scheduler
+from nanospec.serving.scheduler import Scheduler
 from nanospec.serving.text import TextStream
 from nanospec.settings import INT32_MAX
 
@@ -46,7 +55,10 @@ class Service:
     scheduler: Scheduler
     metrics: ServerMetrics
     created: int  # when the server started (GET /v1/models)
-    score: object = None  # score(ids, top): the target's logprobs (logprobs.target_scorer)
+    # the one thread every text work runs on (see the module's docstring)
+    text: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="nanospec-text")
+    )
 
     @cached_property
     def max_chars(self) -> int:
@@ -81,18 +93,55 @@ class Service:
         """Token ids a client may send: those both the model and the tokenizer know."""
         return min(self.scheduler.engine.loop.cfg.vocab_size, self.tok.vocab_size)
 
+    async def on_text_thread(self, work, *args):
+        """`work(*args)`, run on the text thread (awaited here, off the event loop)."""
+        return await asyncio.get_running_loop().run_in_executor(self.text, work, *args)
+
+    async def encode(
+        self, text: str, special: bool = True, strs: bool = False
+    ) -> tuple[list[int], list[str] | None]:
+        """A text's ids (the start token first if `special`: as the model reads a prompt) and,
+        if `strs`, each id's text; a text longer than any prompt the context can hold is
+        refused before it is tokenized. Any refusal is an ApiError naming the prompt."""
+        check_prompt_chars(text, self.max_chars)
+
+        def work():
+            ids = self.tok.encode_prompt(text) if special else self.tok.encode(text)
+            return ids, [self.tok.token_str(t) for t in ids] if strs else None
+
+        try:
+            return await self.on_text_thread(work)
+        except UserError as e:
+            raise ApiError(400, str(e), "prompt") from None
+        except UnicodeEncodeError:  # lone surrogates (encode_prompt says so itself)
+            raise ApiError(400, "The prompt is not valid UTF-8 text.", "prompt") from None
+
+    async def decode(self, ids: list[int]) -> str:
+        """The text of token ids (<|endoftext|> as text): no more ids than a request holds."""
+        if len(ids) > self.n_ctx:
+            raise ApiError(
+                400,
+                f"tokens holds {len(ids)} ids, more than a request here holds "
+                f"({self.n_ctx}); detokenize at most {self.n_ctx} at a time.",
+                "tokens",
+                "context_length_exceeded",
+            )
+
+        def work():
+            check_token_ids(ids, self.tok.vocab_size, "tokens")
+            return self.tok.decode(ids)
+
+        return await self.on_text_thread(work)
+
     async def tokenize(self, prompt: str | list[int]) -> list[int]:
         """One prompt's ids: a text tokenized as the model reads it (the start token first),
         or token ids as given; any refusal is an ApiError naming the prompt."""
         if isinstance(prompt, list):
-            check_token_ids(prompt, self.vocab, "prompt")
+            if len(prompt) < self.n_ctx:  # (a longer one is refused below, unread)
+                check_token_ids(prompt, self.vocab, "prompt")
             ids = prompt
         else:
-            check_prompt_chars(prompt, self.max_chars)
-            try:  # on a worker thread: a long prompt must not stall the event loop (/health)
-                ids = await asyncio.to_thread(self.tok.encode_prompt, prompt)
-            except UserError as e:
-                raise ApiError(400, str(e), "prompt") from None
+            ids, _ = await self.encode(prompt)
         if len(ids) >= self.n_ctx:
             raise ApiError(
                 400,
@@ -123,6 +172,8 @@ class Service:
             )
         seed = secrets.randbelow(INT32_MAX + 1) if body.seed is None else body.seed
         loop, stop_ids = asyncio.get_running_loop(), tuple(body.stop_token_ids or ())
+        # max_tokens 0 (with echo): each prompt is scored, with body.logprobs alternatives.
+        top = body.logprobs if body.max_tokens == 0 else None
         # Choice i of each prompt samples with seed + i (past int32, wrapped round to 0), so a
         # list of prompts is answered exactly as each prompt sent alone with the same seed.
         jobs = [
@@ -138,13 +189,23 @@ class Service:
                 ),
                 TextStream(self.tok, stops(body), body.min_tokens),
                 loop,
+                top,
             )
             for p, most in zip(ids, max_new)
             for i in range(n)
         ]
-        if body.max_tokens != 0:  # 0 (with echo): the prompts are scored, nothing is run
-            self.scheduler.submit(*jobs)
+        self.scheduler.submit(*jobs)  # scored prompts too: admitted, drained, counted alike
         return Choices(jobs, self.scheduler, n)
+
+    async def scored(self, job: Job, ids: list[int], top: int):
+        """The target's logprobs of `ids`: a scored prompt's own pass, or (a completion's
+        logprobs, once it has ended) a pass on the scoring thread, one at a time."""
+        if job.scored is not None:
+            return job.scored
+        scheduler = self.scheduler
+        return await asyncio.get_running_loop().run_in_executor(
+            scheduler.scorer, scheduler.score, ids, top
+        )
 
     async def reply(
         self,
@@ -155,11 +216,11 @@ class Service:
         cid: str,
     ) -> dict:
         """The whole completion: every choice's text, with its prompt's first (echo) and its
-        logprobs, scored on worker threads (logprobs.py), if the body asks for them."""
+        logprobs, scored on the scoring thread (logprobs.py), if the body asks for them."""
         scored = await asyncio.gather(
             *(
                 echo_and_logprobs(
-                    self.score,
+                    lambda ids, top, job=job: self.scored(job, ids, top),
                     self.tok,
                     job.request.prompt,
                     job.ids,
@@ -177,13 +238,9 @@ class Service:
             usage=choices.usage(),
         )
 
-    async def prompts_only(self, choices: "Choices", body: CompletionBody, cid: str):
-        """echo with max_tokens 0: each prompt's text (and logprobs), nothing generated
-        (finish_reason "length", as vLLM answers it); a stream sends it as one chunk a choice."""
-        n = len(choices.jobs)
-        whole = await self.reply(choices, [""] * n, ["length"] * n, body, cid)
-        if not body.stream:
-            return whole
+    def prompts_only(self, whole: dict, body: CompletionBody, cid: str) -> StreamingResponse:
+        """echo with max_tokens 0, streamed: the reply `whole` (each prompt's text, nothing
+        generated, finish_reason "length" as vLLM answers it) as one chunk a choice."""
 
         async def events():
             for one in whole["choices"]:
