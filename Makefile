@@ -12,17 +12,35 @@ PIP    := $(BIN)/python -m pip install --quiet -c constraints.txt \
           $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE))
 EXTRAS := test,notebook,web,figures
 
-.PHONY: demo test test-all test-fast lessons figures bench eval retrain wheelhouse constraints clean
+.PHONY: demo intel-mac test test-all test-fast lessons figures bench eval retrain wheelhouse constraints clean
+
+NEED_PYTHON = @$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "nanospec needs Python 3.11 or newer, and $(if $(PYTHON),$(PYTHON) is older or missing,none is on the PATH): install one (python.org, 'brew install python@3.12', 'apt install python3.12') and run make PYTHON=/path/to/python3.12."; exit 2; }
 
 # .venv/.installed: the project with the test extra, all that `make test` needs; .venv/.workshop
 # (`make workshop`): with the workshop extra instead, what a participant runs and no test tools.
 $(VENV)/.installed $(VENV)/.workshop: pyproject.toml constraints.txt
-	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
-	  echo "nanospec needs Python 3.11 or newer, and $(if $(PYTHON),$(PYTHON) is older or missing,none is on the PATH): install one (python.org, 'brew install python@3.12', 'apt install python3.12') and run make PYTHON=/path/to/python3.12."; exit 2; }
+	$(NEED_PYTHON)
 	$(if $(WHEELHOUSE),@$(PYTHON) -m nanospec.wheelhouse check $(WHEELHOUSE))
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip setuptools
 	$(PIP) -e '.[$(if $(filter %/.workshop,$@),workshop,test)]'
+	touch $@
+
+# Intel Macs (docs/install.md, "Intel Macs"): no jaxlib newer than 0.4.38 is built for them, so
+# they get .venv-intel-mac, with the versions of constraints-intel-mac.txt: nanospec, the
+# lessons' figures and notebooks, and pytest for the tests that check those pins. On Linux it
+# builds the same venv, which tests/test_intel_mac.py runs tests in: CI tests the pins too.
+INTEL_MAC := .venv-intel-mac
+
+intel-mac: $(INTEL_MAC)/.installed
+
+$(INTEL_MAC)/.installed: pyproject.toml constraints-intel-mac.txt
+	$(NEED_PYTHON)
+	$(PYTHON) -m venv $(INTEL_MAC)
+	$(INTEL_MAC)/bin/python -m pip install --quiet -c constraints-intel-mac.txt --upgrade pip setuptools
+	$(INTEL_MAC)/bin/python -m pip install --quiet -c constraints-intel-mac.txt \
+	  -e '.[lessons,figures,notebook]' pytest pytest-xdist hypothesis
 	touch $@
 
 # The install that the targets a participant runs need: .venv/.installed, or .venv/.workshop
@@ -136,4 +154,4 @@ constraints:
 	  > constraints.txt.tmp && mv constraints.txt.tmp constraints.txt && rm -rf .venv-pin
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(INTEL_MAC) runs .pytest_cache

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import optimize, stats
 
+from nanospec.compat import enable_x64  # jax.enable_x64, named as each JAX version names it
 from nanospec.teach import claim, console, table, tv
 from nanospec.verify import residual, verify_row
 
@@ -175,7 +176,7 @@ claim(
 PT = np.array([[0.6, 0.3, 0.1], [0.2, 0.2, 0.6], [0.1, 0.5, 0.4]])  # target: p(next | last)
 QT = np.array([[0.3, 0.5, 0.2], [0.4, 0.2, 0.4], [0.3, 0.3, 0.4]])  # draft: q(next | last)
 LAST, K = 0, 3  # the prompt ends in token 0; enumerate the first K tokens of the text
-with jax.enable_x64(True):  # float64, so the enumeration below is exact to float64 rounding
+with enable_x64(True):  # float64, so the enumeration below is exact to float64 rounding
     R = np.asarray(residual(jnp.asarray(PT), jnp.asarray(QT)))  # (3, 3) each row's residual
 acc = np.minimum(1, PT / QT)  # acc[last, x]: x drafted after last is accepted
 

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from nanospec.cache import init_cache, rollback
+from nanospec.compat import enable_x64  # jax.enable_x64, named as each JAX version names it
 from nanospec.decode import make_loop
 from nanospec.generate import pad_prompts
 from nanospec.measure.probes import forward_probe, interleaved_samples
@@ -102,7 +103,7 @@ console.print(
 # %%
 p = np.array([0.40, 0.25, 0.20, 0.10, 0.05])  # the target's law at the parent
 q = np.array([0.10, 0.45, 0.05, 0.30, 0.10])  # the draft's law there
-with jax.enable_x64(True):
+with enable_x64(True):
     outcomes = jax.jit(jax.vmap(sibling_outcome, in_axes=(None, 0, 0)))
 
     def leaving_law(p, xs, node_qs, weights):

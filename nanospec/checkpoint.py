@@ -30,6 +30,7 @@ from flax import nnx
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
+from nanospec.compat import get_value, set_value
 from nanospec.errors import UserError
 from nanospec.fileio import atomic_write, sha256_file
 from nanospec.model import GPT, ModelConfig
@@ -46,7 +47,7 @@ def gpt2_name(path: tuple) -> str:
 
 def state_to_tensors(params, dtype=np.float32) -> dict[str, np.ndarray]:
     return {
-        gpt2_name(path): np.asarray(var.get_value()).astype(dtype)
+        gpt2_name(path): np.asarray(get_value(var)).astype(dtype)
         for path, var in nnx.to_flat_state(params)
     }
 
@@ -62,12 +63,12 @@ def load_tensors_into(params, tensors: dict[str, np.ndarray], where: str = "chec
         )
     for path, var in flat:
         arr = tensors[gpt2_name(path)]
-        if arr.shape != var.get_value().shape:
+        if arr.shape != get_value(var).shape:
             raise UserError(
                 f"{where}: tensor {gpt2_name(path)} has shape {arr.shape}, "
-                f"expected {var.get_value().shape}."
+                f"expected {get_value(var).shape}."
             )
-        var.set_value(jnp.asarray(arr, jnp.float32))
+        set_value(var, jnp.asarray(arr, jnp.float32))
     return params
 
 

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from nanospec.cache import KVCache, attention_mask, init_cache, write_block
+from nanospec.compat import ModuleList
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ class GPT(nnx.Module):
         init = nnx.initializers.normal(0.02)
         self.wte = nnx.Embed(cfg.vocab_size, cfg.d_model, embedding_init=init, rngs=rngs)
         self.wpe = nnx.Embed(cfg.n_ctx, cfg.d_model, embedding_init=init, rngs=rngs)
-        self.h = nnx.List([Block(cfg, rngs) for _ in range(cfg.n_layer)])
+        self.h = ModuleList([Block(cfg, rngs) for _ in range(cfg.n_layer)])
         self.ln_f = nnx.LayerNorm(cfg.d_model, epsilon=cfg.ln_eps, rngs=rngs)
 
     def empty_cache(self, batch: int, capacity: int | None = None) -> KVCache:

@@ -30,6 +30,7 @@ import numpy as np
 
 from nanospec.aot import compiled
 from nanospec.cache import init_cache
+from nanospec.compat import out_info
 from nanospec.model import ModelConfig, forward
 from nanospec.sampling import fold_keys
 from nanospec.verify import Verdict
@@ -247,7 +248,7 @@ class Loop:
             dict(params=params, dparams=dparams, tokens=tokens, lengths=lengths, key=key),
         )
         dr, s2 = compiled(
-            _draft_jit, dict(spec=self), dict(dparams=dparams, state=pre.out_info, sp=sp)
+            _draft_jit, dict(spec=self), dict(dparams=dparams, state=out_info(pre), sp=sp)
         )
         se, s3 = compiled(
             _settle_jit,
@@ -255,8 +256,8 @@ class Loop:
             dict(
                 params=params,
                 dparams=dparams,
-                state=pre.out_info,
-                drafted=dr.out_info[0],
+                state=out_info(pre),
+                drafted=out_info(dr)[0],
                 sp=sp,
                 max_new=jax.ShapeDtypeStruct((), jnp.int32),
             ),

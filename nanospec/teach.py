@@ -41,10 +41,8 @@ import jax
 import numpy as np
 from rich.markup import escape
 
-from nanospec import (
-    SHIPPED,  # noqa: F401 (the lessons import it from here)
-    compile_cache,
-)
+# compat: on jax 0.4 (Intel Macs) a seed draws the numbers it draws on newer JAX (compat.py).
+from nanospec import SHIPPED, compat, compile_cache  # noqa: F401 (lessons import SHIPPED here)
 from nanospec.fileio import atomic_write
 from nanospec.machine import cores, cpu_name
 from nanospec.measure.tables import CONSOLE, table  # noqa: F401 (lessons import table here)

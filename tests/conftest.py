@@ -16,12 +16,16 @@ from pathlib import Path
 # kernels get the settings the suite was started with (their timings are claims). Set before JAX
 # is imported, so that every CLI and server process the tests start inherits them.
 AS_GIVEN = {name: os.environ.get(name) for name in ("XLA_FLAGS", "JAX_DISABLE_MOST_OPTIMIZATIONS")}
-QUICK_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false"
+os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"  # read when JAX is imported: before compat
+
+# The emitters' flag exists only in newer XLA (compat.py); XLA reads XLA_FLAGS when its backend
+# starts, which no import does (tests/test_imports.py).
+from nanospec.compat import QUICK_XLA_FLAGS
+
 # One thread per program's run: the workers already share the cores, and XLA's thread pool per
 # worker only made them take turns (two 40,000-row law runs side by side: 7% faster without it).
-QUICK_XLA_FLAGS += " --xla_cpu_multi_thread_eigen=false"
-os.environ["XLA_FLAGS"] = f"{AS_GIVEN['XLA_FLAGS'] or ''} {QUICK_XLA_FLAGS}".strip()
-os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
+QUICK_FLAGS = f"{QUICK_XLA_FLAGS} --xla_cpu_multi_thread_eigen=false"
+os.environ["XLA_FLAGS"] = f"{AS_GIVEN['XLA_FLAGS'] or ''} {QUICK_FLAGS}".strip()
 
 import jax
 import jaxlib
@@ -78,10 +82,12 @@ TINY_TEXT = [
 def pytest_collection_modifyitems(config, items):
     """The slow tests first, the lesson notebooks (the longest, 10-45 s each) first among them
     (stable: file order within each group), so that the workers of `make test` (pytest-xdist)
-    finish on short tests instead of one waiting out a long one."""
+    finish on short tests instead of one waiting out a long one. First of all, the Intel-Mac
+    pins' run (test_intel_mac.py, minutes in a process of its own): it overlaps the rest."""
     items.sort(
         key=lambda item: (
             item.get_closest_marker("slow") is None,
+            not item.nodeid.startswith("tests/test_intel_mac.py::"),
             not item.nodeid.startswith("tests/test_lessons.py::"),
         )
     )

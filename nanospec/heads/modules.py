@@ -44,6 +44,7 @@ from flax import nnx
 
 from nanospec.cache import KVCache, attention_mask, init_cache
 from nanospec.checkpoint import load_tensors_into, read_weights, verify_file, write_weights
+from nanospec.compat import ModuleList
 from nanospec.errors import UserError
 from nanospec.model import Block, ModelConfig, linear
 
@@ -109,7 +110,7 @@ class MedusaHeads(nnx.Module):
     def __init__(self, hc: HeadConfig, rngs: nnx.Rngs):
         # Zero init: every head starts as the target's own next-token head, then learns to
         # look further ahead (as Medusa does).
-        self.res = nnx.List(
+        self.res = ModuleList(
             [
                 nnx.Linear(hc.d_model, hc.d_model, kernel_init=nnx.initializers.zeros, rngs=rngs)
                 for _ in range(hc.depth)
@@ -187,7 +188,7 @@ class MTPModule(nnx.Module):
 
 class MTPHeads(nnx.Module):
     def __init__(self, hc: HeadConfig, rngs: nnx.Rngs):
-        self.layers = nnx.List([MTPModule(hc, rngs) for _ in range(hc.depth)])
+        self.layers = ModuleList([MTPModule(hc, rngs) for _ in range(hc.depth)])
 
 
 def build(hc: HeadConfig, seed: int = 0) -> nnx.Module:

@@ -103,9 +103,9 @@ def run_two_devices(
     target, drafter = devices
     to_t = lambda x: jax.device_put(x, target)
     to_d = lambda x: jax.device_put(x, drafter)
-    # subtle: what the drafter reads of the target's state is copied, never aliased — with one
-    # device for both, it would share the state's buffers, which the next settle donates.
-    copy_d = lambda x: jax.device_put(x, drafter, may_alias=False)
+    # subtle: what the drafter reads of the target's state is a copy (jnp.copy: jax 0.4.38's
+    # may_alias=False aliases), or on one device it shares buffers the next settle donates.
+    copy_d = lambda x: jax.device_put(jax.tree.map(jnp.copy, x), drafter)
     params, dparams_t, dparams_d = to_t(params), to_t(dparams), to_d(dparams)
     sp_t, sp_d = to_t(sp), to_d(sp)
     # The prefill (once) on the target's device; then the drafter's state moves to its own.

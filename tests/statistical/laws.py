@@ -15,6 +15,7 @@ import numpy as np
 from flax import nnx
 from scipy import stats
 
+from nanospec.compat import get_value, set_value
 from nanospec.drafters import DraftModel
 from nanospec.generate import pad_prompts
 from nanospec.model import GPT, ModelConfig, forward
@@ -295,7 +296,8 @@ def tiny_drafters(target, depth: int = 3) -> dict:
         if kind == "eagle":  # its projection back to the target's width, scaled like the
             # rest, makes f̂ so large that q is one-hot (a head that never samples, which the
             # wrong-temperature power test cannot tell from a right one): soften it.
-            params["out"]["kernel"] = params["out"]["kernel"] * EAGLE_OUT_SCALE
+            kernel = params["out"]["kernel"]
+            set_value(kernel, get_value(kernel) * EAGLE_OUT_SCALE)
         drafter = DRAFTERS[kind](graphdef, hc, g)
         out[kind] = (drafter, drafter.prepare(params, p))
     return out

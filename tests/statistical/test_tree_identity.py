@@ -39,6 +39,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nanospec.trees.tree
+from nanospec.compat import enable_x64
 from nanospec.sampling import sample
 from nanospec.trees.tree import Tree, gather_path, sibling_laws, sibling_outcome, verify_tree
 from nanospec.verify import residual
@@ -55,7 +56,7 @@ OUTCOMES = jax.jit(jax.vmap(sibling_outcome, in_axes=(None, 0, 0)))  # over sibl
 def leaving_law(p: np.ndarray, node_qs: np.ndarray, xs: np.ndarray, weights: np.ndarray):
     """Law of the token leaving the parent: xs (T, m) tuples with probabilities weights (T,)
     and laws node_qs (T, m, V). Everything in float64."""
-    with jax.enable_x64(True):
+    with enable_x64(True):
         accept, final = map(np.asarray, OUTCOMES(p, node_qs, xs))  # (T, m), (T, V)
     rejected_before = np.cumprod(np.concatenate([np.ones_like(accept[:, :1]), 1 - accept], 1), 1)
     law = weights * rejected_before[:, -1] @ final  # every sibling rejected: the residual
@@ -123,7 +124,7 @@ def test_sibling_acceptance_is_what_accept_reject_accepts(data):
     xs = np.array(data.draw(st.lists(st.integers(0, 4), min_size=3, max_size=3)))
     q = 0.5 * q + 0.5 / len(q)  # every x has q(x) > 0, as for drawn tokens
     node_qs = np.broadcast_to(q, (3, 5))
-    with jax.enable_x64(True):
+    with enable_x64(True):
         rs, _ = map(np.asarray, sibling_laws(p, node_qs, np.ones(3, bool)))
         accept, _ = sibling_outcome(p, node_qs, xs)
     measured = acceptance_probability(rs[np.arange(3), xs], q[xs])

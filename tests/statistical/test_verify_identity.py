@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nanospec.compat import enable_x64
 from nanospec.sampling import SamplingParams, sampling_probs
 from nanospec.verify import accept_reject, residual, verify_row
 
@@ -28,7 +29,7 @@ TOL = 1e-9
 
 def acceptance_probability(p_x: np.ndarray, q_x: np.ndarray) -> np.ndarray:
     """Lebesgue measure of {u in [0, 1): accept_reject(u, p_x, q_x)}, measured by bisection."""
-    with jax.enable_x64(True):
+    with enable_x64(True):
         f = lambda u: np.asarray(accept_reject(u, p_x, q_x))
         assert np.all(f(np.zeros_like(p_x)) == (p_x > 0)), "accept set must start at u = 0"
         lo, hi = np.zeros_like(p_x), np.ones_like(p_x)
@@ -42,7 +43,7 @@ def acceptance_probability(p_x: np.ndarray, q_x: np.ndarray) -> np.ndarray:
 
 def output_law(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     a = acceptance_probability(p, q)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         r = np.asarray(residual(p, q))
     return q * a + (1 - np.sum(q * a)) * r
 
@@ -68,7 +69,7 @@ def laws(draw, V=None):
     elif kind == "truncated":
         k, top_p = int(rng.integers(1, V + 1)), float(rng.uniform(0.1, 1.0))
         logits = np.log(x + 1e-12)
-        with jax.enable_x64(True):
+        with enable_x64(True):
             x = np.asarray(sampling_probs(logits, SamplingParams.make(1.0, k, top_p)), np.float64)
     return _normalise(x)
 
@@ -99,14 +100,14 @@ def test_known_cases(p, q):
 def test_worked_example_numbers():
     a = acceptance_probability(np.array([0.6, 0.4]), np.array([0.9, 0.1]))
     np.testing.assert_allclose(a, [2 / 3, 1.0], atol=1e-12)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         np.testing.assert_allclose(residual(np.array([0.6, 0.4]), np.array([0.9, 0.1])), [0, 1])
 
 
 def test_point_mass_draft_accepts_with_p_and_resamples_p_without_x():
     p, q = np.array([0.1, 0.2, 0.7]), np.array([0.0, 0.0, 1.0])
     assert acceptance_probability(p, q)[2] == pytest.approx(0.7, abs=1e-12)
-    with jax.enable_x64(True):
+    with enable_x64(True):
         np.testing.assert_allclose(residual(p, q), [1 / 3, 2 / 3, 0], atol=1e-12)
 
 
