@@ -2,6 +2,7 @@
 
 import gc
 import hashlib
+import json
 import os
 import time
 from pathlib import Path
@@ -15,7 +16,17 @@ from pathlib import Path
 # models' fact test) are marked `optimized` and compile as every command does, and the lessons'
 # kernels get the settings the suite was started with (their timings are claims). Set before JAX
 # is imported, so that every CLI and server process the tests start inherits them.
-AS_GIVEN = {name: os.environ.get(name) for name in ("XLA_FLAGS", "JAX_DISABLE_MOST_OPTIMIZATIONS")}
+# subtle: `make test`'s workers (pytest-xdist) are started by a process that has already run
+# this file, and inherit its quick settings as if they were the user's; so the first process to
+# run it records what it was given in the environment, and the workers read that record.
+AS_GIVEN = json.loads(
+    os.environ.setdefault(
+        "NANOSPEC_TESTS_GIVEN",
+        json.dumps(
+            {name: os.environ.get(name) for name in ("XLA_FLAGS", "JAX_DISABLE_MOST_OPTIMIZATIONS")}
+        ),
+    )
+)
 os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"  # read when JAX is imported: before compat
 
 # The emitters' flag exists only in newer XLA (compat.py); XLA reads XLA_FLAGS when its backend
