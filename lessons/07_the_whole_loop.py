@@ -113,7 +113,7 @@ claim(
 n = int(state.cache.length[0])
 _, _, fresh = forward(graphdef, params, state.seq[:, :n], np.arange(n)[None])
 gap = max(
-    float(np.max(np.abs(np.asarray(mine[i][0, :n]) - np.asarray(theirs[i][0]))))
+    float(np.max(np.abs(np.asarray(mine[i][:, :n]) - np.asarray(theirs[i]))))  # (H, n, Dh)
     for mine, theirs in ((state.cache.k, fresh.k), (state.cache.v, fresh.v))
     for i in range(cfg.n_layer)
 )

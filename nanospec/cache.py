@@ -4,6 +4,13 @@ Layout: for every layer a key and a value buffer of fixed capacity S, plus one c
 per row. A forward pass over T new tokens writes their keys/values into slots
 `length[b] .. length[b] + T - 1` of row b and returns the cache with `length + T`.
 
+A buffer is (B·H, S, Dh): row b's heads are entries b·H .. b·H + H − 1 of its first axis, each
+head's slots one (S, Dh) matrix, which is how XLA:CPU's batched matmul reads them. Laid out
+(B, S, H, Dh), every pass re-laid all 12 buffers out for attention; laid out (B, H, S, Dh), a
+pass that writes a buffer and reads it back got it built twice, each after a whole copy. Either
+way about a third of a decode step went to copying the cache (docs/results.md, "The verify
+pass"). `rows` gives the (B, H, S, Dh) view where code works row by row.
+
 Rollback is just `cache._replace(length=n)`: slots at or beyond n become stale, and stale slots
 are invisible because a query only ever sees (a) committed slots `< length` and (b) slots of its
 own block that the block mask allows. They are overwritten by the next write.
@@ -25,20 +32,34 @@ import jax.numpy as jnp
 
 
 class KVCache(NamedTuple):
-    k: tuple[jax.Array, ...]  # one per layer, each (B, S, H, Dh)
-    v: tuple[jax.Array, ...]  # one per layer, each (B, S, H, Dh)
+    k: tuple[jax.Array, ...]  # one per layer, each (B·H, S, Dh)
+    v: tuple[jax.Array, ...]  # one per layer, each (B·H, S, Dh)
     length: jax.Array  # (B,) int32: committed tokens per row
 
     @property
     def capacity(self) -> int:
-        return self.k[0].shape[1]
+        return self.k[0].shape[-2]  # also for layer_scan's stacked (L, B·H, S, Dh)
+
+
+def rows(buf: jax.Array, batch: int) -> jax.Array:
+    """A cache buffer (B·H, S, Dh) seen as (B, H, S, Dh): one entry per row."""
+    return buf.reshape(batch, -1, *buf.shape[1:])
+
+
+def repeat_rows(cache: KVCache, n: int) -> KVCache:
+    """Every row n times over, in place: rows (a, b) -> (a, a, …, b, b, …), heads kept together."""
+    B = cache.length.shape[0]
+    again = lambda buf: jnp.repeat(rows(buf, B), n, axis=0).reshape(-1, *buf.shape[1:])
+    return KVCache(
+        tuple(map(again, cache.k)), tuple(map(again, cache.v)), jnp.repeat(cache.length, n)
+    )
 
 
 def init_cache(
     n_layer: int, n_head: int, head_dim: int, batch: int, capacity: int, dtype=jnp.float32
 ) -> KVCache:
     """An empty cache: zero buffers, length 0 in every row."""
-    shape = (batch, capacity, n_head, head_dim)
+    shape = (batch * n_head, capacity, head_dim)
     zeros = tuple(jnp.zeros(shape, dtype) for _ in range(n_layer))
     return KVCache(
         k=zeros,
@@ -85,13 +106,25 @@ def run_if(pred: jax.Array, fn, carry):
 
 
 def write_block(buf: jax.Array, new: jax.Array, start: jax.Array) -> jax.Array:
-    """Write `new` (B, T, H, Dh) into `buf` (B, S, H, Dh) at per-row slot `start` (B,).
+    """Write `new` (B·H, T, Dh) into `buf` (B·H, S, Dh) at per-row slot `start` (B,).
 
     subtle: dynamic_update_slice clamps the start so the block fits, so a write past the
     capacity would silently land on earlier slots. Callers keep `length + T <= S`.
     """
-    put = lambda b, n, s: jax.lax.dynamic_update_slice(b, n, (s, 0, 0))
-    return jax.vmap(put)(buf, new, start)
+    H = buf.shape[0] // start.shape[0]
+    return write_rows(buf, lambda b, _: jax.lax.dynamic_slice_in_dim(new, b * H, H), start)
+
+
+def write_rows(buf: jax.Array, block, start: jax.Array) -> jax.Array:
+    """Write `block(b, buf)` (H, T, Dh) into row b of `buf` (B·H, S, Dh) from slot start[b].
+
+    One dynamic_update_slice per row, which XLA does in place. (`vmap` of one made a scatter,
+    which XLA:CPU built twice over for a pass that reads the buffer back, copying it whole.)
+    """
+    B = start.shape[0]
+    H = buf.shape[0] // B
+    put = lambda b, buf: jax.lax.dynamic_update_slice(buf, block(b, buf), (b * H, start[b], 0))
+    return put(0, buf) if B == 1 else jax.lax.fori_loop(0, B, put, buf)
 
 
 def attention_mask(length: jax.Array, T: int, S: int, block_mask: jax.Array | None) -> jax.Array:

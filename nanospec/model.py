@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from nanospec.cache import KVCache, attention_mask, init_cache, write_block
-from nanospec.compat import ModuleList
+from nanospec.compat import ModuleList, get_value
 
 
 @dataclass(frozen=True)
@@ -87,14 +87,17 @@ class Attention(nnx.Module):
         B, T, C = x.shape
         H, Dh = self.cfg.n_head, self.cfg.head_dim
         q, k, v = jnp.split(self.c_attn(x), 3, axis=-1)  # each (B, T, C)
-        q, k, v = (a.reshape(B, T, H, Dh) for a in (q, k, v))  # (B, T, H, Dh)
-        k_buf = write_block(k_buf, k, length)  # (B, S, H, Dh)
+        # one (T, Dh) matrix per row and head, as the cache holds them (cache.py): (B·H, T, Dh)
+        q, k, v = (a.reshape(B, T, H, Dh).swapaxes(1, 2).reshape(B * H, T, Dh) for a in (q, k, v))
+        k_buf = write_block(k_buf, k, length)  # (B·H, S, Dh)
         v_buf = write_block(v_buf, v, length)
-        scores = jnp.einsum("bthd,bshd->bhts", q, k_buf) / math.sqrt(Dh)  # (B, H, T, S)
-        scores = jnp.where(mask[:, None], scores, -jnp.inf)
+        scores = jnp.einsum("ntd,nsd->nts", q, k_buf) / math.sqrt(Dh)  # (B·H, T, S)
+        scores = jnp.where(
+            jnp.repeat(mask, H, axis=0), scores, -jnp.inf
+        )  # each row's mask, H times
         weights = jax.nn.softmax(scores, axis=-1)
-        y = jnp.einsum("bhts,bshd->bthd", weights, v_buf).reshape(B, T, C)  # (B, T, C)
-        return self.c_proj(y), k_buf, v_buf
+        y = jnp.einsum("nts,nsd->ntd", weights, v_buf).reshape(B, H, T, Dh)
+        return self.c_proj(y.swapaxes(1, 2).reshape(B, T, C)), k_buf, v_buf
 
 
 class MLP(nnx.Module):
@@ -157,7 +160,9 @@ class GPT(nnx.Module):
             vs.append(v_buf)
             if i == layer % self.cfg.n_layer:
                 hidden = x
-        logits = self.wte.attend(self.ln_f(x))  # (B, T, V), output layer tied to wte
+        # the output layer, tied to wte: wte · x reads wte as it lies (wte.attend's x · wteᵀ
+        # made XLA:CPU transpose all 3 MB of it in every one-token pass)
+        logits = jnp.einsum("vc,btc->btv", get_value(self.wte.embedding), self.ln_f(x))
         return logits, hidden, KVCache(tuple(ks), tuple(vs), cache.length + T)
 
 

@@ -70,8 +70,10 @@ def prefill_target(graphdef, params, cfg: ModelConfig, tokens: jax.Array, capaci
 
 def share_rows(state, batch: int):
     """A batch-1 state repeated for `batch` identical rows (the leading axis of every array
-    leaf; scalars such as the key and the step count are shared as they are)."""
-    return jax.tree.map(lambda x: jnp.repeat(x, batch, axis=0) if x.ndim else x, state)
+    leaf; scalars such as the key and the step count are shared as they are). Tiled, not
+    repeated element by element: a cache buffer's leading axis holds the row's H heads."""
+    tile = lambda x: jnp.tile(x, (batch,) + (1,) * (x.ndim - 1))
+    return jax.tree.map(lambda x: tile(x) if x.ndim else x, state)
 
 
 def generated(state, prompt_lengths) -> list[list[int]]:

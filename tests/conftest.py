@@ -16,17 +16,7 @@ from pathlib import Path
 # models' fact test) are marked `optimized` and compile as every command does, and the lessons'
 # kernels get the settings the suite was started with (their timings are claims). Set before JAX
 # is imported, so that every CLI and server process the tests start inherits them.
-# subtle: `make test`'s workers (pytest-xdist) are started by a process that has already run
-# this file, and inherit its quick settings as if they were the user's; so the first process to
-# run it records what it was given in the environment, and the workers read that record.
-AS_GIVEN = json.loads(
-    os.environ.setdefault(
-        "NANOSPEC_TESTS_GIVEN",
-        json.dumps(
-            {name: os.environ.get(name) for name in ("XLA_FLAGS", "JAX_DISABLE_MOST_OPTIMIZATIONS")}
-        ),
-    )
-)
+AS_GIVEN = {name: os.environ.get(name) for name in ("XLA_FLAGS", "JAX_DISABLE_MOST_OPTIMIZATIONS")}
 os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"  # read when JAX is imported: before compat
 
 # The emitters' flag exists only in newer XLA (compat.py); XLA reads XLA_FLAGS when its backend
@@ -142,11 +132,20 @@ def _optimized_when_marked(request):
     jax.config.update("jax_disable_most_optimizations", True)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """(pytest-xdist, in the process that starts the workers.) subtle: a worker inherits this
+    process's environment, where the top of this file has already put the quick settings, and
+    would take them for the user's: so it is told what this process was given."""
+    node.workerinput["nanospec_as_given"] = json.dumps(AS_GIVEN)
+
+
 @pytest.fixture
-def as_users_compile(monkeypatch):
+def as_users_compile(monkeypatch, request):
     """For a test that starts a process whose timings are claims (a lesson's kernel): the
     process gets the compiler settings the suite was started with, not the suite's quick ones."""
-    for name, value in AS_GIVEN.items():
+    given = getattr(request.config, "workerinput", {}).get("nanospec_as_given")
+    for name, value in (json.loads(given) if given else AS_GIVEN).items():
         if value is None:
             monkeypatch.delenv(name, raising=False)
         else:

@@ -33,7 +33,7 @@ def test_the_scan_form_computes_what_the_loop_computes():
         (logits, hidden, cache), (s_logits, s_hidden, s_cache) = out["loop"], out["scan"]
         np.testing.assert_allclose(s_logits, logits, atol=1e-5)
         np.testing.assert_allclose(s_hidden, hidden, atol=1e-5)
-        np.testing.assert_allclose(s_cache.k, jnp.stack(cache.k), atol=1e-5)  # (L, B, S, H, Dh)
+        np.testing.assert_allclose(s_cache.k, jnp.stack(cache.k), atol=1e-5)  # (L, B·H, S, Dh)
         np.testing.assert_allclose(s_cache.v, jnp.stack(cache.v), atol=1e-5)
         assert s_cache.length.tolist() == cache.length.tolist() == [start + T]
         assert float(jnp.abs(cache.k[-1][:, start : start + T]).max()) > 0  # the block was written

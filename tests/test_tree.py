@@ -165,18 +165,18 @@ def test_compact_path_moves_the_right_slots():
     """from_branching((2, 1)): nodes 0 | 1 2 | 3 4 with 3 under 1 and 4 under 2."""
     tree = Tree.from_branching((2, 1))
     cache = init_cache(n_layer=2, n_head=1, head_dim=1, batch=2, capacity=8)
-    slots = jnp.arange(8, dtype=jnp.float32)[None, :, None, None]  # (1, S, 1, 1)
-    filled = lambda layer: slots + jnp.array([0, 100])[:, None, None, None] + 1000 * layer
+    slots = jnp.arange(8, dtype=jnp.float32)[None, :, None]  # (1, S, 1): a buffer is (B·H, S, Dh)
+    filled = lambda layer: slots + jnp.array([0, 100])[:, None, None] + 1000 * layer
     cache = cache._replace(k=(filled(0), filled(1)), v=(filled(0) + 0.5, filled(1) + 0.5))
     start = jnp.array([1, 0])
     path = jnp.array([[0, 2, 4], [0, 1, 1]])  # row 0 accepted 2 then 4; row 1 stopped after 1
     out = compact_path(cache, start, path, tree)
     # row 0: nodes sit at slots 1..5; node 2 (slot 3) -> slot 2, node 4 (slot 5) -> slot 3
-    assert out.k[0][0, :, 0, 0].tolist() == [0, 1, 3, 5, 4, 5, 6, 7]
+    assert out.k[0][0, :, 0].tolist() == [0, 1, 3, 5, 4, 5, 6, 7]
     # row 1: nodes at 0..4; node 1 (slot 1) -> slot 1 and, repeated, slot 2 (beyond the length)
-    assert out.k[0][1, :, 0, 0].tolist() == [100, 101, 101, 103, 104, 105, 106, 107]
-    assert out.k[1][0, :, 0, 0].tolist() == [1000, 1001, 1003, 1005, 1004, 1005, 1006, 1007]
-    assert out.v[1][1, :, 0, 0].tolist() == [
+    assert out.k[0][1, :, 0].tolist() == [100, 101, 101, 103, 104, 105, 106, 107]
+    assert out.k[1][0, :, 0].tolist() == [1000, 1001, 1003, 1005, 1004, 1005, 1006, 1007]
+    assert out.v[1][1, :, 0].tolist() == [
         1100.5,
         1101.5,
         1101.5,

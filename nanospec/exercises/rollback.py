@@ -165,7 +165,8 @@ def _verdict(out, where: str) -> tuple[int, int, KVCache]:
             f"cache: return the KVCache that target gave back, rolled back."
         )
     length = jnp.asarray(kv.length, jnp.int32).reshape(-1)
-    if length.shape != (1,) or kv.k[0].shape != (1, SLOTS, *kv.k[0].shape[2:]):
+    cfg = _tiny()[0]  # a buffer is (B·H, S, Dh) (nanospec/cache.py), here B = 1
+    if length.shape != (1,) or kv.k[0].shape != (cfg.n_head, SLOTS, cfg.head_dim):
         raise Failure(
             f"{where} the cache you returned has length {plain(kv.length)} and buffers "
             f"of shape {kv.k[0].shape}: keep the buffers as they are (1 row, {SLOTS} "
@@ -176,7 +177,7 @@ def _verdict(out, where: str) -> tuple[int, int, KVCache]:
 
 def _check_written(kv: KVCache, given: KVCache, written: KVCache, start: int, where: str):
     """The cache returned must be the one the pass wrote into, not the one handed in."""
-    mine, before, after = (np.asarray(c.k[0][0, start]) for c in (kv, given, written))
+    mine, before, after = (np.asarray(c.k[0][:, start]) for c in (kv, given, written))  # (H, Dh)
     if np.array_equal(mine, before) and not np.array_equal(before, after):
         raise Failure(
             f"{where} your cache has none of this round's keys: slot {start}, where the pass "
@@ -232,8 +233,8 @@ def _check_contents(kv: KVCache, text: list[int], where: str) -> None:
     _, fresh = _fresh(text)
     for name, ours, theirs in (("keys", kv.k, fresh.k), ("values", kv.v, fresh.v)):
         for layer, (a, b) in enumerate(zip(ours, theirs)):
-            a, b = np.asarray(a[0, :n]), np.asarray(b[0, :n])  # (n, H, Dh)
-            gap = np.abs(a - b).max(axis=(1, 2)) / (np.abs(b).max() + 1e-9)
+            a, b = np.asarray(a[:, :n]), np.asarray(b[:, :n])  # (H, n, Dh): one row, B = 1
+            gap = np.abs(a - b).max(axis=(0, 2)) / (np.abs(b).max() + 1e-9)  # per slot
             if gap.max() > 1e-3:
                 slot = int(np.argmax(gap > 1e-3))
                 raise Failure(

@@ -81,7 +81,7 @@ def split_for_scan(model: GPT):
 
 
 def stack_cache(cache: KVCache) -> KVCache:
-    """The per-layer buffers as one (L, B, S, H, Dh) array each; length unchanged. (KVCache's
+    """The per-layer buffers as one (L, B·H, S, Dh) array each; length unchanged. (KVCache's
     `capacity` and `rollback` work on either layout.)"""
     return cache._replace(k=stack(list(cache.k)), v=stack(list(cache.v)))
 
@@ -97,12 +97,12 @@ def scan_forward(outer_def, block_def, outer, stacked, tokens, positions, cache:
     mask = attention_mask(cache.length, T, cache.capacity, None)  # (B, T, S)
     x = wte(tokens) + wpe(jnp.minimum(positions, wpe.num_embeddings - 1))  # (B, T, C)
 
-    def layer(x, xs):  # one block: its parameters and its (B, S, H, Dh) buffers, sliced by scan
+    def layer(x, xs):  # one block: its parameters and its (B·H, S, Dh) buffers, sliced by scan
         params, k_buf, v_buf = xs
         x, k_buf, v_buf = nnx.merge(block_def, params)(x, k_buf, v_buf, cache.length, mask)
         return x, (k_buf, v_buf)
 
-    x, (k, v) = jax.lax.scan(layer, x, (stacked, cache.k, cache.v))  # k, v: (L, B, S, H, Dh)
+    x, (k, v) = jax.lax.scan(layer, x, (stacked, cache.k, cache.v))  # k, v: (L, B·H, S, Dh)
     return wte.attend(ln_f(x)), x, KVCache(k, v, cache.length + T)
 
 
@@ -121,7 +121,7 @@ def forms(model: GPT, cache: KVCache) -> dict:
 def half_full_cache(cfg: ModelConfig, key) -> KVCache:
     """Batch 1, n_ctx + γ+1 slots (a run's capacity, cache.capacity), n_ctx // 2 committed.
     The buffers are random so that the committed slots matter to the logits compared."""
-    shape = (1, cfg.n_ctx + GAMMA + 1, cfg.n_head, cfg.head_dim)  # (B, S, H, Dh)
+    shape = (cfg.n_head, cfg.n_ctx + GAMMA + 1, cfg.head_dim)  # (B·H, S, Dh), B = 1
     bufs = [jax.random.normal(k, shape) for k in jax.random.split(key, 2 * cfg.n_layer)]
     return KVCache(tuple(bufs[::2]), tuple(bufs[1::2]), jnp.array([cfg.n_ctx // 2], jnp.int32))
 

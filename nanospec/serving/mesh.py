@@ -13,9 +13,8 @@ the computation to match and inserts the collectives. The placement follows Mega
 - every attention and MLP block's first matrix (c_attn, c_fc: C -> 3C, 4C) is split by
   columns over `model`, its second (c_proj: back to C) by rows, so each device holds 1/model
   of every block and one all-reduce closes it; embeddings and layer norms are replicated;
-- the engine's state (caches, tokens, keys: every leaf's first axis is the slot) is split by
-  slot over `data`, so each data group decodes its own slots, and the target's KV cache by
-  head over `model` as well, next to the heads its devices compute;
+- the engine's state (caches, tokens, keys: every leaf's first axis is the slot, a cache's
+  the slot's heads) is split by slot over `data`, so each data group decodes its own slots;
 - the drafter's parameters are replicated (a small model: copying it is cheaper than talking).
 
 Greedy output is the same as on one device (tests/test_mesh.py, on 4 CPU devices made with
@@ -72,17 +71,14 @@ def weight_shardings(params, mesh: Mesh):
 
 
 def slot_shardings(state, mesh: Mesh):
-    """The engine state's shardings: every array split by slot (its first axis) over `data`,
-    and the target's KV cache (B, S, H, Dh) by head over `model` too — where its attention's
-    heads are computed (c_attn's columns), so that XLA need not move it every step."""
-    by_slot = jax.tree.map(lambda x: NamedSharding(mesh, P("data") if x.ndim else P()), state)
-    if hasattr(state, "cache"):
-        by_head = jax.tree.map(
-            lambda x: NamedSharding(mesh, P("data", None, "model") if x.ndim == 4 else P("data")),
-            state.cache,
-        )
-        by_slot = by_slot._replace(cache=by_head)
-    return by_slot
+    """The engine state's shardings: every array split by slot (its first axis) over `data`.
+
+    The target's KV cache too: a buffer is (B·H, S, Dh) (cache.py), so its first axis splits
+    into whole rows, each with all its heads, and every `model` device keeps its rows' copy.
+    (Laid out (B, S, H, Dh), it was split by head over `model` as well, where c_attn's columns
+    compute them; split over both axes, the merged axis made XLA give the other per-row
+    arrays that split too, and the next step refused them: the cache's layout won.)"""
+    return jax.tree.map(lambda x: NamedSharding(mesh, P("data") if x.ndim else P()), state)
 
 
 def replicated(tree, mesh: Mesh):

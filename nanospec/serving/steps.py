@@ -23,15 +23,16 @@ def put_row(rows, one, at):
     """Every leaf of a batch state `rows` with row `at` replaced by the batch-1 state `one`.
 
     A leaf's batch axis is the axis where the two shapes differ (a cache may keep its layers
-    first); a scalar of `one` (its key, its round counter) is that row's entry of a per-row
-    vector; with one slot the shapes agree and the whole leaf is replaced."""
+    first), and a row's entries along it are as many as `one` has there: 1, or a cache
+    buffer's H heads (cache.py); a scalar of `one` (its key, its round counter) is that row's
+    entry of a per-row vector; with one slot the shapes agree and the whole leaf is replaced."""
 
     def leaf(all_, x):
         x = x.reshape((1,) * (all_.ndim - x.ndim) + x.shape)
         axis = next((i for i, (a, b) in enumerate(zip(all_.shape, x.shape)) if a != b), None)
         if axis is None:
             return x
-        return jax.lax.dynamic_update_slice_in_dim(all_, x, at, axis)
+        return jax.lax.dynamic_update_slice_in_dim(all_, x, at * x.shape[axis], axis)
 
     return jax.tree.map(leaf, rows, one)
 

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nanospec.cache import KVCache, rollback, run_if
+from nanospec.cache import KVCache, repeat_rows, rollback, run_if
 from nanospec.drafters import DraftModel, PromptLookup, take_rows
 from nanospec.errors import UserError
 from nanospec.model import forward
@@ -242,7 +242,7 @@ class SSDProposer(Proposer):
         seq = jnp.repeat(seq, K, axis=0)  # (B·K, S)
         where = (state.length[:, None] + jnp.asarray(k)[None, :]).reshape(-1)  # (B·K,)
         seq = seq.at[jnp.arange(B * K), where].set(t.reshape(-1))
-        branch_cache = jax.tree.map(lambda x: jnp.repeat(x, K, axis=0), cache)
+        branch_cache = repeat_rows(cache, K)
         drafts, q, _ = d.propose(
             dparams, branch_cache, seq, where + 1, key, sp.repeat(K), G, self.tilt
         )

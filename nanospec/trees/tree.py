@@ -50,7 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from nanospec.cache import KVCache
+from nanospec.cache import KVCache, write_rows
 from nanospec.sampling import row_keys, sample
 from nanospec.verify import accept_reject, leading_run, residual
 
@@ -248,12 +248,14 @@ def compact_path(cache: KVCache, start: jax.Array, path: jax.Array, tree: Tree) 
     5 -> 3. The length is untouched: the caller rolls back to start + n_accepted + 1.
     """
 
-    def move(buf, s, pb):  # buf (S, H, Dh) for one row
-        window = jax.lax.dynamic_slice_in_dim(buf, s, tree.size)  # (N, H, Dh)
+    H = cache.k[0].shape[0] // start.shape[0]
+
+    def moved(b, buf):  # row b's path, (H, D+1, Dh), from buf (B·H, S, Dh)
+        window = jax.lax.dynamic_slice(buf, (b * H, start[b], 0), (H, tree.size, buf.shape[2]))
         # subtle: the whole window is read before anything is written, so overlapping moves are
         # safe (and path[d] >= d, so even an in-place sweep from d = 0 up would be). Like
         # write_block, both calls clamp the start: callers keep start + N <= capacity.
-        return jax.lax.dynamic_update_slice_in_dim(buf, window[pb], s, axis=0)
+        return window[:, path[b]]
 
-    compact = lambda buf: jax.vmap(move)(buf, start, path)  # (B, S, H, Dh)
+    compact = lambda buf: write_rows(buf, moved, start)
     return cache._replace(k=tuple(map(compact, cache.k)), v=tuple(map(compact, cache.v)))
