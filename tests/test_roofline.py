@@ -1,8 +1,9 @@
-"""The roofline's arithmetic, on configs and made-up probe times.
+"""The roofline's arithmetic and bench's closing paragraph, on configs and made-up reports.
 
 Known answers for a pass's bytes and FLOPs (counted by hand, and the parameter count checked
-against the models model.py builds) and the roofline's verdicts on made-up probe times.
-Nothing here times anything.
+against the models model.py builds), the roofline's verdicts on made-up probe times, and the
+paragraph on made-up reports that put each limit first. Nothing here times anything (bench's
+own test runs the probes: tests/test_bench.py).
 """
 
 import doctest
@@ -12,7 +13,9 @@ import pytest
 from flax import nnx
 from rich.console import Console
 
+import nanospec.measure.explain
 import nanospec.measure.roofline
+from nanospec.measure.explain import explain, limit, what_if
 from nanospec.measure.roofline import main, matmul_shapes, param_count, pass_cost, stand
 from nanospec.measure.tables import print_roofline
 from nanospec.model import GPT, ModelConfig, count_params
@@ -22,6 +25,7 @@ CONFIGS = [ModelConfig.target(), ModelConfig.draft(), ModelConfig.tiny()]
 
 def test_doctests():
     assert doctest.testmod(nanospec.measure.roofline).failed == 0
+    assert doctest.testmod(nanospec.measure.explain).failed == 0
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.name)
@@ -84,6 +88,94 @@ def test_the_roofline_bounds_each_pass_by_its_slower_roof():
     out = io.StringIO()
     print_roofline(Console(file=out, width=200), roof)
     assert "8 tokens" in out.getvalue() and "compute" in out.getvalue()
+
+
+def bench_report(**row) -> dict:
+    """A made-up bench report with one draft-model row (the fields explain reads)."""
+    base = {
+        "method": "draft",
+        "gamma": 7,
+        "alpha": 0.92,
+        "c": 0.086,
+        "verify_over_ar": 1.87,
+        "expected_tokens_per_round": 6.04,
+        "rounds_without_drafts": 0.0,
+        "predicted_decode_speedup": 2.44,
+        "predicted_speedup": 2.37,
+        "measured_speedup": 2.66,
+        "efficiency": 1.12,
+    }
+    return {
+        "rows": [{**base, **row}],
+        "ar": {"tpot_over_decode_probe": 1.02},
+        "machine": {"cpu": "AMD EPYC", "cores": 2},
+    }
+
+
+# Each row puts one limit first: (its what-if bounds: r = 1, c = 0, α = 1).
+LIMITED = {
+    # the shipped pair on a CPU where the wide pass is dear: 3.77×, 3.23×, 3.24×
+    "verify": {},
+    # a dear drafter beside a cheap verify pass: 1.61×, 4.55×, 2.50×
+    "drafting": {"c": 0.3, "verify_over_ar": 1.1, "expected_tokens_per_round": 5.0, "alpha": 0.85},
+    # a poor drafter: at α = 0.3, E = 1.43 of 8 tokens; 1.25×, 1.30×, 6.45×
+    "acceptance": {
+        "c": 0.02,
+        "verify_over_ar": 1.1,
+        "expected_tokens_per_round": 1.43,
+        "alpha": 0.3,
+    },
+}
+
+
+@pytest.mark.parametrize("term", LIMITED)
+def test_the_paragraph_names_the_term_that_limits_the_speedup(term):
+    report = bench_report(**LIMITED[term])
+    row = report["rows"][0]
+    gains = what_if(row)
+    assert limit(row) == term and max(gains, key=gains.get) == term
+    text = explain(report)
+    named = {
+        "verify": "What limits it most is the verify pass",
+        "drafting": "What limits it most is drafting",
+        "acceptance": "What limits it most is acceptance",
+    }
+    assert [t for t, words in named.items() if words in text] == [term]
+    assert f"r = {row['verify_over_ar']:.2f} one-token passes" in text
+    assert f"c = {row['c']:.3f}" in text and f"α = {row['alpha']:.2f}" in text
+    assert "2.66× end to end" in text and "(AMD EPYC, 2 cores)" in text
+    assert "on a GPU it costs about 1, because" in text  # the reason, in every branch
+    assert "\n" not in text  # one paragraph
+
+
+def test_the_paragraph_uses_the_cost_model_of_the_fastest_row():
+    slow = {**bench_report()["rows"][0], "gamma": 2, "measured_speedup": 1.5}
+    report = bench_report()
+    report["rows"].insert(0, slow)
+    report["rows"].append({"method": "draft", "gamma": "tree 2,1", "measured_speedup": 9.0})
+    text = explain(report)
+    assert text.startswith("Why draft at γ = 7 gave 2.66×")  # the tree has no cost model
+    assert "E / (γc + r) = 6.04 / 2.47 = 2.44×" in text
+    # prompt lookup's empty rounds cost one plain step, and the paragraph says how many
+    empty = explain(bench_report(rounds_without_drafts=0.25))
+    assert "25% of rounds drafted nothing" in empty
+
+
+def test_the_paragraph_quotes_the_roofline_and_warns_of_noise():
+    report = bench_report()
+    report["roofline"] = {
+        "passes": [
+            {"pass": "decode step", "tokens": 1, "of_bound": 0.4},
+            {"pass": "pass over 1", "tokens": 1, "of_bound": 0.41, "r": 1.0, "r_at_bound": 1.0},
+            {"pass": "pass over 8", "tokens": 8, "of_bound": 0.35, "r": 1.87, "r_at_bound": 1.57},
+        ]
+    }
+    report["ar"]["tpot_over_decode_probe"] = 1.3
+    text = explain(report)
+    assert "would cost 1.57 one-token passes if both ran at their bounds" in text
+    assert "they ran at 0.35 and 0.41" in text
+    assert "The run was noisy" in text
+    assert "Nothing here has a cost model" in explain({**report, "rows": []})
 
 
 @pytest.mark.parametrize(
