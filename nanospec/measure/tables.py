@@ -164,7 +164,7 @@ def print_bench(console: Console, report: dict, wide: bool | None = None) -> Non
     if report.get("roofline"):  # what this machine allows, then why the speedup is what it is
         print_roofline(console, report["roofline"])
     if report.get("explanation"):
-        console.print(report["explanation"])
+        console.print("\n" + report["explanation"])
 
 
 def report_notes(report: dict) -> list[str]:
