@@ -158,7 +158,7 @@ def test_the_paragraph_uses_the_cost_model_of_the_fastest_row():
     assert "E / (γc + r) = 6.04 / 2.47 = 2.44×" in text
     # prompt lookup's empty rounds cost one plain step, and the paragraph says how many
     empty = explain(bench_report(rounds_without_drafts=0.25))
-    assert "25% of rounds drafted nothing" in empty
+    assert "25% of rounds drafting nothing" in empty
 
 
 def test_the_paragraph_quotes_the_roofline_and_warns_of_noise():
@@ -176,6 +176,7 @@ def test_the_paragraph_quotes_the_roofline_and_warns_of_noise():
     assert "they ran at 0.35 and 0.41" in text
     assert "The run was noisy" in text
     assert "Nothing here has a cost model" in explain({**report, "rows": []})
+    assert "roofline" not in explain({**report, "roofline": None})  # bench without one
 
 
 @pytest.mark.parametrize(

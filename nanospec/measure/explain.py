@@ -85,12 +85,12 @@ def explain(report: dict) -> str:
         f"yields E = {e:.2f} tokens, so the cost model bounds the decode speedup at "
         f"E / (γc + r) = {e:.2f} / {round_cost(row):.2f} = {bound(row):.2f}×"
         + (
-            f" ({row['rounds_without_drafts']:.0%} of rounds drafted nothing and cost one step)"
+            f", {row['rounds_without_drafts']:.0%} of rounds drafting nothing at one step's cost"
             if row["rounds_without_drafts"] > 0
             else ""
         )
-        + f" ({row['predicted_speedup']:.2f}× end to end, counting the prefills). It measured "
-        f"{row['measured_speedup']:.2f}× end to end, {row['efficiency']:.2f} of that.",
+        + f", and the whole run, prefills counted, at {row['predicted_speedup']:.2f}×. It "
+        f"measured {row['measured_speedup']:.2f}× end to end, {row['efficiency']:.2f} of that.",
     ]
     gpu = ON_A_GPU.format(n=n)
     top = limit(row)
@@ -117,7 +117,8 @@ def explain(report: dict) -> str:
             f"{gains['verify']:.2f}×): that takes a better drafter, not a faster machine. "
             f"The verify pass costs {r:.2f} one-token passes here; {gpu}."
         )
-    passes = {p["tokens"]: p for p in report.get("roofline", {}).get("passes", []) if "r" in p}
+    roofline = report.get("roofline") or {}  # None where bench ran without one
+    passes = {p["tokens"]: p for p in roofline.get("passes", []) if "r" in p}
     if n in passes and 1 in passes:
         text.append(
             f"By this machine's roofline, measured in the same run, the pass over {n} tokens "
