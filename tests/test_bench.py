@@ -82,6 +82,7 @@ def test_bench_reports_every_column_and_writes_json(bundle, tmp_path):
         json_path=str(out),
         trees={"2,1": Tree.from_branching((2, 1))},
         console=Console(file=printed, width=250),
+        roofline_mb=1,  # the roofline's large buffer: 1 MiB here, not 256
     )
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     runs = [(r["method"], r["gamma"]) for r in report["rows"]]
@@ -104,6 +105,19 @@ def test_bench_reports_every_column_and_writes_json(bundle, tmp_path):
     printed = printed.getvalue()
     assert "skipped: medusa γ = 3 (medusa has 2 heads, so γ can be at most 2)" in printed
     assert "skipped: ngram tree 2,1" in printed
+    # The roofline ran in the same pool: every pass it bounds was timed, every limit measured.
+    roof = report["roofline"]
+    passes = ["decode step", "pass over 1", "pass over 2", "pass over 4"]  # γ + 1 of γ = 1, 3
+    assert [p["pass"] for p in roof["passes"]] == passes
+    for p in roof["passes"]:
+        assert p["measured_ms"] > 0 and p["bound_ms"] > 0 and math.isfinite(p["of_bound"])
+    assert roof["passes"][2]["r"] > 0 and roof["passes"][2]["r_at_bound"] > 0
+    assert set(roof["bandwidth_gbs"]) == {"copy", "read", "read pass"}
+    assert all(math.isfinite(x) and x > 0 for x in roof["bandwidth_gbs"].values())
+    assert all(list(by) == ["1", "2", "4", "16"] for by in roof["matmul_gflops"].values())
+    assert "where the target's passes stand" in printed and "4 tokens" in printed
+    # ... and the run ends with the paragraph that explains its fastest chain.
+    assert report["explanation"].startswith("Why ") and "What limits it most" in printed
     for r in report["rows"]:  # TPOT: measured, or flagged as not measurable
         assert isinstance(r["flags"], list)
         assert (r["tpot_speedup"] or 0) > 0 or "tpot_unmeasured" in r["flags"]

@@ -28,6 +28,9 @@ For every γ it reports (the performance model: docs/design.md §6):
                   embedding and output layer, which heads reuse) and memory (those in float32,
                   what a head derives from them at load, the drafter's per-row state)
 
+Then the roofline (measure/roofline.py), timed in the same pool, and last, one paragraph that
+explains the fastest chain's speedup from this run's numbers (measure/explain.py).
+
 Method: every program is compiled and warmed up first; then `repeats` passes time every method
 on every workload prompt (batch 1, EOS disabled so each run decodes exactly `tokens` tokens,
 every prompt padded to the workload's one bucket so each program compiles once), round-robin
@@ -46,7 +49,6 @@ What this file deliberately leaves out: asserting anything about time (tests nev
 """
 
 import json
-import platform
 from dataclasses import replace
 
 import jax
@@ -56,7 +58,10 @@ from rich.console import Console
 from nanospec.errors import UserError
 from nanospec.fileio import atomic_write
 from nanospec.generate import pad_prompts
+from nanospec.machine import described
+from nanospec.measure.explain import explain
 from nanospec.measure.probes import FORWARD_CALLS, extra_cost
+from nanospec.measure.roofline import BANDWIDTH_MB
 from nanospec.measure.tables import print_bench
 from nanospec.measure.timing import Costs, full_models, probe_pool, time_pool, warm_up
 from nanospec.measure.workloads import workload_prompts
@@ -175,10 +180,12 @@ def run_bench(
     console: Console | None = None,
     trees: dict | None = None,
     wide: bool | None = None,
+    roofline_mb: float = BANDWIDTH_MB,
 ) -> dict:
     """`trees` ({label: Tree}) adds a token-tree run (top-k siblings) for every method that
     grows trees; those rows report acceptance and measured speedup (no cost model). `wide`:
-    print the single wide table (None: whenever it fits the console; see measure/tables.py)."""
+    print the single wide table (None: whenever it fits the console; see measure/tables.py).
+    `roofline_mb`: the roofline's large buffer in MiB (measure/roofline.py)."""
     console = console or Console()
     sp = SamplingParams.make(temperature)
     runs, tree_runs, skipped = plan_runs(bundle, methods, gammas, trees)
@@ -199,9 +206,12 @@ def run_bench(
             }
         )
     hists, counts = warm_up(programs, prompts, seed, console)
-    probes, pairs = probe_pool(bundle, programs, prompts, runs, sp, tokens, workload, seed)
+    probes, pairs, work = probe_pool(
+        bundle, programs, prompts, runs, sp, tokens, workload, seed, roofline_mb
+    )
     samples, drafting = time_pool(probes, pairs, repeats, console)
     costs = Costs.from_samples(samples, drafting, list(full_models(bundle)), tokens, len(prompts))
+    roof = costs.roofline(bundle.models["target"][0], work, roofline_mb)
     rows = [gamma_row(bundle, costs, run, hists[run], counts[run]) for run in runs]
     rows += [
         tree_row(bundle, costs, (m, label), trees[label], hists[(m, label)])
@@ -215,6 +225,7 @@ def run_bench(
         tokens=tokens,
         temperature=temperature,
         repeats=repeats,
+        roofline=roof,
     )
     print_bench(console, report, wide)
     if json_path:
@@ -353,12 +364,14 @@ def assemble_report(
     tokens: int,
     temperature: float,
     repeats: int,
+    roofline: dict | None = None,
 ) -> dict:
-    """The JSON report: the settings, the autoregressive baseline, every row, the best one."""
+    """The JSON report: the settings, the autoregressive baseline, every row, the best one,
+    the machine and its roofline, and the paragraph that explains the best speedup."""
     ar_latency = {key: costs.latency(("ar", 0))[key] for key in ("ttft_ms", "tpot_ms")}
     best = max(rows, key=lambda x: x["measured_speedup"]) if rows else None
     n_total, t_ar, ar_time = costs.n_total, costs.t_ar, costs.ar_time
-    return {
+    report = {
         "benchmark": "speculative",
         "workload": workload,
         "prompts": costs.n_prompts,
@@ -381,9 +394,7 @@ def assemble_report(
         "rows": rows,
         "best": best,
         "skipped": skipped,
-        "machine": {
-            "platform": jax.devices()[0].platform,
-            "cpu": platform.processor() or platform.machine(),
-            "jax": jax.__version__,
-        },
+        "machine": described(),
+        "roofline": roofline,
     }
+    return {**report, "explanation": explain(report)}

@@ -132,7 +132,8 @@ def bench_title(report: dict) -> str:
 
 
 def print_bench(console: Console, report: dict, wide: bool | None = None) -> None:
-    """The report's table(s), then one line per thing a reader must know about the numbers."""
+    """The report's table(s), then one line per thing a reader must know about the numbers,
+    the roofline's tables and the paragraph that explains the best speedup."""
     table, narrow = bench_tables(report)
     if fits(console, table) if wide is None else wide:
         console.print(table)
@@ -160,6 +161,10 @@ def print_bench(console: Console, report: dict, wide: bool | None = None) -> Non
             f"best: {b['method']} with γ = {b['gamma']}: {b['measured_speedup']:.2f}× "
             f"measured{predicted}{tpot}"
         )
+    if report.get("roofline"):  # what this machine allows, then why the speedup is what it is
+        print_roofline(console, report["roofline"])
+    if report.get("explanation"):
+        console.print("\n" + report["explanation"])
 
 
 def report_notes(report: dict) -> list[str]:
@@ -250,3 +255,54 @@ def table(title: str, columns: list[str], rows: list[list], console: Console | N
     for r in rows:
         t.add_row(*[str(x) for x in r])
     (console or CONSOLE).print(t)
+
+
+def print_roofline(console: Console, roof: dict) -> None:
+    """The roofline (measure/roofline.py): this machine's limits, then where the passes stand.
+    Both tables fit 80 columns, light rules and no outer edge, as bench's narrow ones."""
+    gflops = roof["matmul_gflops"]
+    rows = list(next(iter(gflops.values())))
+    vector = f" ({roof['vector']})" if roof.get("vector") else ""
+    console.print(f"\nmatmul GFLOP/s here{vector}: x @ W, W shaped as the target's", style="bold")
+    headers = ["W", *(f"{n} row{'s' * (n != '1')}" for n in rows)]
+    cells = [[name, *(f"{by[n]:.1f}" for n in rows)] for name, by in gflops.items()]
+    console.print(_plain(headers, cells))
+    bw = roof["bandwidth_gbs"]
+    console.print(
+        f"memory: copy {bw['copy']:.1f} GB/s (read + written) and read {bw['read']:.1f} GB/s "
+        f"of {roof['bandwidth_mb']:g} MiB; read {bw['read pass']:.1f} GB/s of "
+        f"{roof['pass_mb']:.1f} MB, one decode step's bytes, re-read as the loop re-reads them"
+    )
+    passes = roof["passes"]
+    console.print(
+        f"\nwhere the target's passes stand, in ms (each reads {passes[0]['mb']:.1f} MB): "
+        "bound = max(bytes / bandwidth, FLOPs / matmul rate)",
+        style="bold",
+    )
+    headers = ["pass", "MFLOP", "bound", "bound by", "measured", "of bound", "r", "r at bound"]
+    cells = [
+        [
+            p["pass"]
+            if p["pass"] == "decode step"
+            else f"{p['tokens']} token{'s' * (p['tokens'] > 1)}",
+            f"{p['mflop']:.1f}",
+            f"{p['bound_ms']:.3f}",
+            p["bound_by"],
+            f"{p['measured_ms']:.3f}",
+            f"{p['of_bound']:.2f}",
+            f"{p['r']:.2f}" if "r" in p else "–",
+            f"{p['r_at_bound']:.2f}" if "r_at_bound" in p else "–",
+        ]
+        for p in passes
+    ]
+    console.print(_plain(headers, cells))
+
+
+def _plain(headers: list[str], cells: list[list[str]]) -> Table:
+    """A compact table: the first column left-aligned, the rest right-aligned."""
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for i, h in enumerate(headers):
+        t.add_column(h, justify="left" if i == 0 else "right", overflow="fold")
+    for row in cells:
+        t.add_row(*row)
+    return t

@@ -12,6 +12,7 @@ import jax
 from rich.console import Console
 
 from nanospec.measure.probes import (
+    FORWARD_CALLS,
     decode_probe,
     forward_probe,
     interleaved_samples,
@@ -19,6 +20,7 @@ from nanospec.measure.probes import (
     paired_median_differences,
     round_probe,
 )
+from nanospec.measure.roofline import roofline_probes, stand
 from nanospec.measure.workloads import workload_prompts
 from nanospec.model import ModelConfig
 
@@ -48,11 +50,21 @@ def warm_up(programs: dict, prompts: list, seed: int, console: Console) -> tuple
 
 
 def probe_pool(
-    bundle, programs: dict, prompts: list, runs: list, sp, tokens: int, workload: str, seed: int
-) -> tuple[dict, dict]:
-    """(probes, pairs): every timed thing in one round-robin pool — the workload runs, whole and
-    to their first token, the decode loops behind T_ar (and the draft model's prefill), and the
-    forward passes behind r — and, per (method, γ), the drafting round beside its target pass."""
+    bundle,
+    programs: dict,
+    prompts: list,
+    runs: list,
+    sp,
+    tokens: int,
+    workload: str,
+    seed: int,
+    roofline_mb: float,
+) -> tuple[dict, dict, dict]:
+    """(probes, pairs, work): every timed thing in one round-robin pool — the workload runs,
+    whole and to their first token, the decode loops behind T_ar (and the draft model's
+    prefill), the forward passes behind r, and the roofline's probes (with `roofline_mb` MiB of
+    buffer), whose bytes or FLOPs a call are `work` — and, per (method, γ), the drafting round
+    beside its target pass."""
     probes = {
         k: (
             lambda fn=fn: [
@@ -78,6 +90,9 @@ def probe_pool(
     target = bundle.models["target"]
     forwards = {block: forward_probe(target, block) for block in {1} | {gm + 1 for _, gm in runs}}
     probes.update({("forward", block): fn for block, fn in forwards.items()})
+    # The machine's limits, timed in the same pool as the passes they bound (roofline.py).
+    roof, work = roofline_probes(target[0], sorted(forwards), roofline_mb)
+    probes.update(roof)
     # c is a small difference of two larger times: each drafting round is timed right beside
     # the bare target pass it contains, and (being cheap) more often than the runs.
     pairs = {
@@ -87,7 +102,7 @@ def probe_pool(
         )
         for run in runs
     }
-    return probes, pairs
+    return probes, pairs, work
 
 
 def time_pool(probes: dict, pairs: dict, repeats: int, console: Console) -> tuple[dict, dict]:
@@ -142,6 +157,12 @@ class Costs:
     def ar_time(self) -> float:
         """Median seconds of the autoregressive run over every prompt."""
         return self.med[("ar", 0)]
+
+    def roofline(self, cfg, work: dict, large_mb: float) -> dict:
+        """Where the target's decode step and timed passes stand against this machine's limits
+        (roofline.stand; `work` and `large_mb` as probe_pool made the roofline's probes)."""
+        t_pass = {k[1]: self.med[k] / FORWARD_CALLS for k in self.med if k[0] == "forward"}
+        return stand(cfg, cfg.n_ctx, self.med, work, self.t_ar, t_pass, large_mb)
 
     def latency(self, k) -> dict:
         """Run k's TTFT, TPOT and speedups, paired with the autoregressive runs of the same passes."""
