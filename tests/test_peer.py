@@ -1,0 +1,189 @@
+"""The side-by-side run against llama.cpp (measure/peer*.py), without building llama.cpp.
+
+The suite never builds llama.cpp: these tests read output recorded from a real run
+(tests/data/llama_cpp/: llama-completion and llama-speculative on one facts prompt, PROMPT
+below, greedy, 128 tokens, 2 threads, on the shipped models converted to GGUF), and
+check what the script decides before anything is built: which requirements the converter's venv
+gets, which folders `--llama-cpp` accepts, and that no network and bad arguments are one
+sentence each.
+"""
+
+import doctest
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nanospec import SHIPPED
+from nanospec.errors import UserError
+from nanospec.measure import peer, peer_llama, peer_setup
+
+DATA = Path(__file__).parent / "data" / "llama_cpp"
+PROMPT = "Nigeria is in Africa, while Peru is in"  # a facts workload prompt
+REPO = Path(__file__).resolve().parent.parent
+
+
+def recorded(name: str) -> tuple[bytes, str]:
+    return (DATA / f"{name}.stdout").read_bytes(), (DATA / f"{name}.stderr").read_text("utf-8")
+
+
+def test_doctests():
+    assert doctest.testmod(peer).failed == 0
+    assert doctest.testmod(peer_llama).failed == 0
+    assert doctest.testmod(peer_setup).failed == 0
+
+
+def test_completion_output_gives_its_text_tokens_and_clock():
+    run = peer_llama.parse_completion(*recorded("completion"), PROMPT.encode())
+    # 127 forward passes after the prompt's: 128 tokens; "total time" 231.46 ms, of which the
+    # prompt's eval 9.86 ms
+    assert run.tokens == 128 and run.drafted == run.accepted == 0
+    assert run.prompt_s == pytest.approx(0.00986) and run.seconds == pytest.approx(0.23146)
+    assert run.text.startswith(b" South America. Nigeria uses the naira")
+    assert not run.text.startswith(PROMPT.encode()) and not run.text.endswith(b"\n")
+
+
+def test_speculative_output_gives_its_counters():
+    run = peer_llama.parse_speculative(*recorded("speculative"), PROMPT.encode())
+    # it ends the round that passes 128 tokens: 132 of them, 20 rounds of 7 drafts
+    assert (run.tokens, run.drafted, run.accepted) == (132, 140, 111)
+    assert run.prompt_s == pytest.approx(0.079) and run.decode_s == pytest.approx(1.817)
+    completion = peer_llama.parse_completion(*recorded("completion"), PROMPT.encode())
+    assert run.text.startswith(completion.text)  # greedy: speculation changes no token
+
+
+def test_output_from_another_llama_cpp_is_one_sentence():
+    stdout, stderr = recorded("completion")
+    for out, err in ((stdout, "no timings here"), (b"no prompt echoed\n\n", stderr)):
+        with pytest.raises(UserError) as e:
+            peer_llama.parse_completion(out, err, PROMPT.encode())
+        assert "\n" not in str(e.value)
+
+
+def test_token_ids_and_version_lines():
+    assert peer_llama.parse_token_ids("[256, 78, 420]\n") == [256, 78, 420]
+    version = (DATA / "version.stderr").read_text("utf-8")
+    assert peer_llama.parse_version(version) == "version: 0.5.0-dev (build 1, commit 0c1e570)"
+
+
+def test_the_converter_venv_gets_llama_cpps_pins_from_pypi_and_its_own_gguf(tmp_path):
+    req = tmp_path / "requirements"
+    req.mkdir()
+    (req / "requirements-convert_hf_to_gguf.txt").write_text(
+        "-r ./requirements-convert_legacy_llama.txt\n"
+        "--extra-index-url https://download.pytorch.org/whl/cpu\n"
+        "## a comment\ntorch==2.11.0\n",
+        encoding="utf-8",
+    )
+    (req / "requirements-convert_legacy_llama.txt").write_text(
+        "numpy~=2.2.6\n\ntransformers==4.57.6\ngguf>=0.1.0\n", encoding="utf-8"
+    )
+    assert peer_setup.converter_requirements(tmp_path) == [
+        "numpy~=2.2.6",
+        "torch==2.11.0",
+        "transformers==4.57.6",
+        str(tmp_path / "gguf-py"),
+    ]
+
+
+def test_llama_cpp_folders_are_found_or_refused(tmp_path):
+    source = tmp_path / "sdist" / "vendor" / "llama.cpp"
+    source.mkdir(parents=True)
+    for name in ("CMakeLists.txt", "convert_hf_to_gguf.py"):
+        (source / name).write_text("", encoding="utf-8")
+    build = tmp_path / "b"
+    build.mkdir()
+    (build / "CMakeCache.txt").write_text(
+        f"CMAKE_HOME_DIRECTORY:INTERNAL={source}\n", encoding="utf-8"
+    )
+    work = tmp_path / "work"
+    assert peer_setup.locate(source, work) == (source, work / "build")
+    assert peer_setup.locate(tmp_path / "sdist", work) == (source, work / "build")
+    assert peer_setup.locate(build, work) == (source, build)  # a build folder builds in place
+    for wrong, says in ((tmp_path / "none", "no such folder"), (work.parent, "neither")):
+        with pytest.raises(UserError, match=says):
+            peer_setup.locate(wrong, work)
+
+
+def test_a_changed_source_under_an_old_build_folder_is_refused(tmp_path):
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "CMakeCache.txt").write_text(
+        f"CMAKE_HOME_DIRECTORY:INTERNAL={tmp_path / 'old'}\n", encoding="utf-8"
+    )
+    with pytest.raises(UserError, match="configured for another llama.cpp"):
+        peer_setup.build(tmp_path / "new", build, tmp_path / "build.log")
+
+
+def test_greedy_texts_are_compared_up_to_the_first_end_of_text():
+    ids = [5, 6, 256, 7]  # what a nanospec run emitted: text, <|endoftext|>, more text
+    pieces = [b"Li", b"ma", b"<|endoftext|>", b"The"]
+    span = peer.compared_span(ids, 256)
+    assert peer.agreement(pieces, b"Lima. The capital", span) is None  # EOS banned there
+    assert peer.agreement(pieces, b"Lisbon", span) == 1
+
+
+def run_script(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "nanospec.measure.peer", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_offline_without_llama_cpp_is_one_sentence(tmp_path):
+    """No --llama-cpp and no index pip can reach: refused before anything is built."""
+    import os
+
+    dead = "http://127.0.0.1:9/simple"
+    env = {**os.environ, "PIP_INDEX_URL": dead, "PIP_EXTRA_INDEX_URL": dead}
+    env.update(PIP_FIND_LINKS=str(tmp_path), PYTHONPATH=str(REPO))
+    done = run_script(["--work", str(tmp_path / "work"), "--checkpoints", str(SHIPPED)], env)
+    assert done.returncode == 2 and done.stdout.strip() == "", done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Could not download the llama-cpp-python source" in lines[0]
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == []  # nothing half-made
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--rounds", "0"], "--rounds takes"),
+        (["--json", "out.txt"], ".json"),
+        (["--llama-cpp", "/no/such/llama.cpp"], "no such folder"),
+    ],
+)
+def test_a_bad_argument_is_one_sentence_and_exit_2(argv, says, tmp_path):
+    done = run_script([*argv, "--work", str(tmp_path / "work")])
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert says in done.stderr.strip().splitlines()[-1]
+
+
+def test_a_report_row_reads_as_the_table_says():
+    row = {
+        "engine": "llama.cpp",
+        "run": "speculative",
+        "weights": "float32",
+        "tokens_per_second": {"median": 949.4, "min": 901.0, "max": 1002.0},
+        "over_nanospec": {"median": 1.4, "min": 1.31, "max": 1.52},
+        "acceptance_rate": 0.775,
+        "text_agrees": False,
+        "first_difference": {"pass": 0, "prompt": 2, "token": 17},
+        "compared_tokens_per_prompt": [40, 50],
+    }
+    assert peer._cells(row, 7) == [
+        "llama.cpp speculative γ=7",
+        "float32",
+        "949",
+        "901–1,002",
+        "1.40× (1.31–1.52)",
+        "77.5%",
+        "differs: prompt 3, token 18",
+    ]
+    assert json.loads(json.dumps(row)) == row  # the report is plain JSON
