@@ -22,6 +22,7 @@ from nanospec.errors import UserError
 
 TOOLS = ("llama-completion", "llama-speculative", "llama-tokenize")
 RUN_TIMEOUT_S = 600  # one tool run; a generation of 128 tokens takes about a second here
+TRIES = 3  # runs of one generation, when its output comes back cut short (_run_and_parse)
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,22 @@ def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
     return done
 
 
+def _run_and_parse(cmd: list[str], what: str, parse, prompt: str) -> ToolRun:
+    """Run a generating tool and read its output, again (up to TRIES times) when it lost lines.
+
+    subtle: llama.cpp's logger prints from a thread of its own and is never shut down (on
+    purpose: see the comment on common_log_main in its common/log.cpp), so a process can exit
+    before the last lines are out — here 1 run in 40 lost its timing lines. Such a run is
+    run again; its clock was not the one that lost anything."""
+    for attempt in range(1, TRIES + 1):
+        done = _run(cmd, what)
+        try:
+            return parse(done.stdout, done.stderr.decode("utf-8", "replace"), prompt.encode())
+        except UserError:
+            if attempt == TRIES:
+                raise
+
+
 def _common(tokens: int, threads: int, n_ctx: int) -> list[str]:
     """Greedy, `tokens` new tokens, <|endoftext|> never sampled (--ignore-eos), the prompt
     taken as written (--no-escape), `threads` threads for prompt and generation."""
@@ -149,8 +166,9 @@ def _common(tokens: int, threads: int, n_ctx: int) -> list[str]:
 
 def completion(llama: Llama, model, prompt: str, tokens: int, threads: int, n_ctx: int) -> ToolRun:
     cmd = [llama.tool("llama-completion"), "-m", str(model), "-p", prompt, "-no-cnv"]
-    done = _run(cmd + _common(tokens, threads, n_ctx), "llama-completion")
-    return parse_completion(done.stdout, done.stderr.decode("utf-8", "replace"), prompt.encode())
+    return _run_and_parse(
+        cmd + _common(tokens, threads, n_ctx), "llama-completion", parse_completion, prompt
+    )
 
 
 def speculative(llama: Llama, target, draft, prompt: str, tokens: int, gamma: int, threads: int,
@@ -160,8 +178,9 @@ def speculative(llama: Llama, target, draft, prompt: str, tokens: int, gamma: in
     engine's tokens/s uses its own count."""
     cmd = [llama.tool("llama-speculative"), "-m", str(target), "-md", str(draft), "-p", prompt]
     cmd += ["--spec-draft-n-max", str(gamma), "-td", str(threads), "-tbd", str(threads)]
-    done = _run(cmd + _common(tokens, threads, n_ctx), "llama-speculative")
-    return parse_speculative(done.stdout, done.stderr.decode("utf-8", "replace"), prompt.encode())
+    return _run_and_parse(
+        cmd + _common(tokens, threads, n_ctx), "llama-speculative", parse_speculative, prompt
+    )
 
 
 def tokenize(llama: Llama, model, prompt: str) -> list[int]:
