@@ -18,7 +18,7 @@ import pytest
 
 from nanospec import SHIPPED
 from nanospec.errors import UserError
-from nanospec.measure import peer, peer_llama, peer_setup
+from nanospec.measure import peer, peer_llama, peer_report, peer_setup
 
 DATA = Path(__file__).parent / "data" / "llama_cpp"
 PROMPT = "Nigeria is in Africa, while Peru is in"  # a facts workload prompt
@@ -31,6 +31,7 @@ def recorded(name: str) -> tuple[bytes, str]:
 
 def test_doctests():
     assert doctest.testmod(peer).failed == 0
+    assert doctest.testmod(peer_report).failed == 0
     assert doctest.testmod(peer_llama).failed == 0
     assert doctest.testmod(peer_setup).failed == 0
 
@@ -120,9 +121,9 @@ def test_a_changed_source_under_an_old_build_folder_is_refused(tmp_path):
 def test_greedy_texts_are_compared_up_to_the_first_end_of_text():
     ids = [5, 6, 256, 7]  # what a nanospec run emitted: text, <|endoftext|>, more text
     pieces = [b"Li", b"ma", b"<|endoftext|>", b"The"]
-    span = peer.compared_span(ids, 256)
-    assert peer.agreement(pieces, b"Lima. The capital", span) is None  # EOS banned there
-    assert peer.agreement(pieces, b"Lisbon", span) == 1
+    span = peer_report.compared_span(ids, 256)
+    assert peer_report.agreement(pieces, b"Lima. The capital", span) is None  # EOS banned there
+    assert peer_report.agreement(pieces, b"Lisbon", span) == 1
 
 
 def run_script(args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
@@ -177,7 +178,7 @@ def test_a_report_row_reads_as_the_table_says():
         "first_difference": {"pass": 0, "prompt": 2, "token": 17},
         "compared_tokens_per_prompt": [40, 50],
     }
-    assert peer._cells(row, 7) == [
+    assert peer_report._cells(row, 7) == [
         "llama.cpp speculative γ=7",
         "float32",
         "949",
@@ -187,3 +188,64 @@ def test_a_report_row_reads_as_the_table_says():
         "differs: prompt 3, token 18",
     ]
     assert json.loads(json.dumps(row)) == row  # the report is plain JSON
+
+
+def cut_short_tool(tmp_path, whole_from: int) -> Path:
+    """A stand-in for llama-completion that prints the recorded output, its stderr cut after
+    3 lines until its `whole_from`-th run; it counts its runs in tmp_path/runs."""
+    tool, runs = tmp_path / "llama-completion", tmp_path / "runs"
+    tool.write_text(
+        "#!/bin/sh\n"
+        f'n=$(( $(cat "{runs}" 2>/dev/null || echo 0) + 1 )); echo $n > "{runs}"\n'
+        f'cat "{DATA / "completion.stdout"}"\n'
+        f'if [ $n -ge {whole_from} ]; then cat "{DATA / "completion.stderr"}" >&2;\n'
+        f'else head -n 3 "{DATA / "completion.stderr"}" >&2; fi\n',
+        encoding="utf-8",
+    )
+    tool.chmod(0o755)
+    return tool
+
+
+@pytest.mark.parametrize("whole_from", [2, 99])
+def test_a_run_whose_output_was_cut_short_runs_again(tmp_path, whole_from):
+    """llama.cpp's logger may exit before its last lines are out: the run is made again, up
+    to TRIES times, and then the output is refused in one sentence."""
+    tool = cut_short_tool(tmp_path, whole_from)
+    parse = peer_llama.parse_completion
+    if whole_from <= peer_llama.TRIES:
+        run = peer_llama._run_and_parse([str(tool)], "llama-completion", parse, PROMPT)
+        assert run.tokens == 128
+    else:
+        with pytest.raises(UserError, match="no line matching"):
+            peer_llama._run_and_parse([str(tool)], "llama-completion", parse, PROMPT)
+    runs = min(whole_from, peer_llama.TRIES)
+    assert (tmp_path / "runs").read_text(encoding="utf-8").strip() == str(runs)
+
+
+def test_a_summary_row_counts_runs_pairs_ratios_and_finds_the_first_difference(tiny_tokenizer):
+    tok, eos = tiny_tokenizer, tiny_tokenizer.eos_id
+    ids = tok.encode("the cat sat") + [eos] + tok.encode(" on")
+    ours = b"".join(tok.token_bytes(t) for t in ids)
+    before_eos = b"".join(tok.token_bytes(t) for t in ids[: ids.index(eos)])
+
+    def record(seconds: list[float], text: bytes, drafted=0, accepted=0) -> peer_report.Record:
+        """One prompt, a warm-up pass and then one timed pass per entry of `seconds`."""
+        runs = [[peer_report.Sample(128, s, text, drafted, accepted, ids)] for s in seconds]
+        return peer_report.Record([runs[0], *runs])
+
+    records = {
+        peer_report.NANO_AR: record([0.4, 0.4, 0.4], ours),
+        peer_report.NANO_SPEC: record([0.2, 0.2, 0.2], ours, drafted=70, accepted=50),
+        # llama.cpp: twice as fast, one run stalled; past EOS it wrote on without the token
+        peer_report.MODES[0]: record([0.2, 0.2, 2.0], before_eos + b" and ran"),
+        peer_report.MODES[1]: record([0.1, 0.1, 0.1], b"A dog", drafted=7, accepted=0),
+    }
+    rows = {(r["engine"], r["run"]): r for r in peer_report.summarize(records, tok)}
+    ar = rows[("llama.cpp", "autoregressive")]
+    assert ar["text_agrees"] and ar["slow_runs"] == 1 and ar["acceptance_rate"] is None
+    assert ar["over_nanospec"] == {"median": 2.0, "min": 0.2, "max": 2.0}
+    assert ar["tokens_per_second"]["median"] == 640.0
+    spec = rows[("llama.cpp", "speculative")]
+    assert spec["first_difference"] == {"pass": 0, "prompt": 0, "token": 0}
+    assert spec["over_nanospec"]["median"] == 2.0 and spec["acceptance_rate"] == 0.0
+    assert rows[("nanospec", "speculative")]["acceptance_rate"] == 50 / 70

@@ -22,15 +22,20 @@ every engine on every prompt before the next prompt, so a busy neighbour slows a
 
 What is compared, and how the counts are made comparable:
 
-    tokens/s    tokens generated / (prompt processing + generation), summed over the prompts
-                of one pass; the median over passes, and the range. No run stops at
+    tokens/s    tokens generated / (prompt processing + generation) in one run (one prompt);
+                the median over every timed run, and the range. No run stops at
                 <|endoftext|>: nanospec's loops have EOS off (bench's programs), llama.cpp
                 gets --ignore-eos. Every run makes `tokens` tokens but llama-speculative, which
                 ends the round that passes `tokens` (up to γ more); each engine is divided by
                 its own count. llama.cpp's seconds are its own timings (model loading and its
                 warm-up excluded); nanospec's the wall clock around its compiled loop.
-    × nanospec  tokens/s over nanospec's for the same kind of run, pass by pass, then the
-                median: the ratio of two engines measured side by side.
+    × nanospec  a run's tokens/s over nanospec's for the same kind of run on the same prompt in
+                the same pass (seconds apart), then the median over runs.
+                Medians of runs, not of pass totals: llama.cpp's threads spin while they wait
+                for each other at every step, so a run whose cores another process takes runs
+                several times slower (5–20× at 2 threads on a busy 2-core machine), in bursts;
+                a pass's total would be its burst's. The JSON keeps pass totals too, and each
+                mode's runs over SLOW times their prompt's median (printed under the table).
     acceptance  accepted / drafted over every round of every prompt: llama-speculative's
                 n_accept / n_drafted, nanospec's loop counters, counted the same way.
     greedy text token for token against nanospec's autoregressive text, up to the first
@@ -50,89 +55,15 @@ tests the parsers on recorded output and the refusals).
 import argparse
 import json
 import shlex
-import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from nanospec import SHIPPED
 from nanospec.errors import UserError
 from nanospec.fileio import atomic_write, check_output
 from nanospec.measure import peer_llama, peer_setup
-
-
-@dataclass(frozen=True)
-class Mode:
-    """One kind of run: an engine doing one thing with one set of weights."""
-
-    engine: str  # "llama.cpp" or "nanospec"
-    run: str  # "autoregressive" or "speculative"
-    weights: str  # "float32" or "float16" (nanospec computes in float32)
-
-
-NANO_AR = Mode("nanospec", "autoregressive", "float32")
-NANO_SPEC = Mode("nanospec", "speculative", "float32")
-MODES = (
-    Mode("llama.cpp", "autoregressive", "float32"),
-    Mode("llama.cpp", "speculative", "float32"),
-    Mode("llama.cpp", "autoregressive", "float16"),
-    NANO_AR,
-    NANO_SPEC,
-)
-
-
-@dataclass
-class Sample:
-    """One run of one prompt."""
-
-    tokens: int
-    seconds: float
-    text: bytes  # the generated part
-    drafted: int = 0
-    accepted: int = 0
-    ids: list | None = None  # the generated ids, where the engine gives them (nanospec)
-
-
-@dataclass
-class Record:
-    """Every run of one mode: samples[pass][prompt]; pass 0 is the warm-up."""
-
-    samples: list = field(default_factory=list)
-
-    def rates(self) -> list[float]:
-        """Tokens/s of each timed pass (the warm-up left out)."""
-        return [sum(s.tokens for s in p) / sum(s.seconds for s in p) for p in self.samples[1:]]
-
-
-def agreement(reference: list[bytes], text: bytes, span: int) -> int | None:
-    """The first of the `span` reference tokens (their bytes) that `text` does not continue
-    with, or None when `text` begins with all `span` of them.
-
-    >>> agreement([b"Par", b"is", b"."], b"Paris, France", 2), agreement([b"a", b"b"], b"ac", 2)
-    (None, 1)
-    """
-    at = 0
-    for i, piece in enumerate(reference[:span]):
-        if text[at : at + len(piece)] != piece:
-            return i
-        at += len(piece)
-    return None
-
-
-def compared_span(ids: list[int], eos_id: int) -> int:
-    """How many of nanospec's autoregressive tokens the texts are compared on: those before
-    its first <|endoftext|> (all of them if none).
-
-    >>> compared_span([5, 6, 256, 7], 256), compared_span([5, 6], 256)
-    (2, 2)
-    """
-    return ids.index(eos_id) if eos_id in ids else len(ids)
-
-
-def median_range(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
+from nanospec.measure.peer_report import MODES, NANO_AR, NANO_SPEC, Record, Sample, show, summarize
 
 # -- the two engines ---------------------------------------------------------------------------
 
@@ -206,7 +137,7 @@ def prompt_check(llama, gguf: dict, tok, prompts: list[str]) -> list[dict]:
     return rows
 
 
-# -- measuring and reporting -------------------------------------------------------------------
+# -- measuring ------------------------------------------------------------------------------------
 
 
 def measure(runners: dict, n_prompts: int, rounds: int, console) -> dict:
@@ -222,88 +153,6 @@ def measure(runners: dict, n_prompts: int, rounds: int, console) -> dict:
                 for mode, fn in runners.items():
                     records[mode].samples[-1].append(fn(i))
     return records
-
-
-def summarize(records: dict, tok) -> list[dict]:
-    """One row per mode: tokens/s, × nanospec, acceptance, and whether the greedy texts agree."""
-    reference = records[NANO_AR].samples[0]
-    pieces = [[tok.token_bytes(t) for t in s.ids] for s in reference]
-    spans = [compared_span(s.ids, tok.eos_id) for s in reference]
-    rows = []
-    for mode, rec in records.items():
-        rates = rec.rates()
-        base = records[NANO_SPEC if mode.run == "speculative" else NANO_AR].rates()
-        ratios = [a / b for a, b in zip(rates, base)]
-        first = next(
-            (
-                {"pass": p, "prompt": i, "token": at}
-                for p, samples in enumerate(rec.samples)
-                for i, s in enumerate(samples)
-                if (at := agreement(pieces[i], s.text, spans[i])) is not None
-            ),
-            None,
-        )
-        runs = [s for samples in rec.samples for s in samples]
-        drafted, accepted = sum(s.drafted for s in runs), sum(s.accepted for s in runs)
-        rows.append(
-            {
-                "engine": mode.engine,
-                "run": mode.run,
-                "weights": mode.weights,
-                "tokens_per_second": median_range(rates),
-                "tokens_per_second_per_pass": rates,
-                "over_nanospec": median_range(ratios),
-                "over_nanospec_per_pass": ratios,
-                "tokens_per_prompt": [s.tokens for s in rec.samples[0]],
-                "acceptance_rate": accepted / drafted if drafted else None,
-                "drafted": drafted,
-                "accepted": accepted,
-                "text_agrees": first is None,
-                "first_difference": first,  # pass 0 is the warm-up
-                "compared_tokens_per_prompt": spans,
-                "texts": [s.text.decode("utf-8", "replace") for s in rec.samples[0]],
-            }
-        )
-    return rows
-
-
-def _text_cell(row: dict) -> str:
-    if row["text_agrees"]:
-        return f"agrees ({sum(row['compared_tokens_per_prompt'])} tokens)"
-    d = row["first_difference"]
-    return f"differs: prompt {d['prompt'] + 1}, token {d['token'] + 1}"
-
-
-COLUMNS = ["engine, run", "weights", "tokens/s", "range", "× nanospec", "acceptance", "greedy text"]
-
-
-def _cells(r: dict, gamma: int) -> list[str]:
-    """One table row: the × nanospec and acceptance cells are empty where they mean nothing."""
-    tps, x, acc = r["tokens_per_second"], r["over_nanospec"], r["acceptance_rate"]
-    ratio = f"{x['median']:.2f}× ({x['min']:.2f}–{x['max']:.2f})"
-    return [
-        f"{r['engine']} {r['run']}" + (f" γ={gamma}" if r["run"] == "speculative" else ""),
-        r["weights"],
-        f"{tps['median']:,.0f}",
-        f"{tps['min']:,.0f}–{tps['max']:,.0f}",
-        "" if r["engine"] == "nanospec" else ratio,
-        "" if acc is None else f"{acc:.1%}",
-        _text_cell(r),
-    ]
-
-
-def show(console, report: dict) -> None:
-    from nanospec.measure.tables import table
-
-    title = (
-        f"{report['workload']} prompts × {report['prompts']}, greedy, {report['tokens']} tokens, "
-        f"{report['rounds']} passes, llama.cpp --threads {report['threads']}"
-    )
-    table(title, COLUMNS, [_cells(r, report["gamma"]) for r in report["rows"]], console)
-    ids = report["prompt_ids"]
-    same = sum(p["same_ids"] for p in ids)
-    console.print(f"prompt ids: llama.cpp's equal nanospec's on {same} of {len(ids)}")
-    console.print(f"{report['llama_cpp']['version']}; {report['machine']['cpu']}")
 
 
 def run(args, console) -> dict:
