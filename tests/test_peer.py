@@ -9,12 +9,14 @@ sentence each.
 """
 
 import doctest
+import io
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from nanospec import SHIPPED
 from nanospec.errors import UserError
@@ -249,3 +251,13 @@ def test_a_summary_row_counts_runs_pairs_ratios_and_finds_the_first_difference(t
     assert spec["first_difference"] == {"pass": 0, "prompt": 0, "token": 0}
     assert spec["over_nanospec"]["median"] == 2.0 and spec["acceptance_rate"] == 0.0
     assert rows[("nanospec", "speculative")]["acceptance_rate"] == 50 / 70
+    report = {
+        **dict(workload="facts", prompts=1, tokens=128, rounds=3, threads=2, gamma=7),
+        **dict(rows=list(rows.values()), prompt_ids=[{"same_ids": True}]),
+        **dict(llama_cpp={"version": "llama.cpp version: test"}, machine={"cpu": "a CPU"}),
+    }
+    console = Console(file=io.StringIO(), width=200)
+    peer_report.show(console, report)
+    printed = console.file.getvalue()  # 1 stalled run of 3: the report says the machine was busy
+    assert "machine was busy" in printed and "equal nanospec's on 1 of 1" in printed
+    assert "differs: prompt 1, token 1" in printed and "2.00× (0.20–2.00)" in printed

@@ -33,9 +33,9 @@ What is compared, and how the counts are made comparable:
                 the same pass (seconds apart), then the median over runs.
                 Medians of runs, not of pass totals: llama.cpp's threads spin while they wait
                 for each other at every step, so a run whose cores another process takes runs
-                several times slower (5–20× at 2 threads on a busy 2-core machine), in bursts;
-                a pass's total would be its burst's. The JSON keeps pass totals too, and each
-                mode's runs over SLOW times their prompt's median (printed under the table).
+                5 to over 100 times slower (2 threads on 2 cores, the test suite beside it), in
+                bursts; a pass's total would be its burst's. The JSON keeps pass totals too, and
+                each mode's runs over SLOW times their prompt's median (printed under the table).
     acceptance  accepted / drafted over every round of every prompt: llama-speculative's
                 n_accept / n_drafted, nanospec's loop counters, counted the same way.
     greedy text token for token against nanospec's autoregressive text, up to the first
@@ -44,8 +44,9 @@ What is compared, and how the counts are made comparable:
                 emits it and writes on). Checked in every pass; the first difference is named.
     prompts     llama-tokenize's ids for each prompt against nanospec's (start token included).
 
-Threads: llama.cpp gets `--threads` for everything; nanospec runs XLA's CPU thread pool, one
-thread per core (the machine's cores are in the JSON).
+Threads: llama.cpp gets `--threads` for everything (`--threads 1` does not stall on a busy
+machine); nanospec runs as its commands do, on XLA's own threads (the machine's cores are in
+the JSON).
 
 What this file deliberately leaves out: sampling at T > 0 (greedy texts can be compared),
 quantized weights, batches, and any check in the test suite that builds llama.cpp (the suite

@@ -33,6 +33,7 @@ MODES = (
 
 
 SLOW = 2.0  # a run over twice its prompt's median time shared its cores (Record.slow_runs)
+BUSY = 0.1  # a mode with over this share of such runs: the report says the machine was busy
 
 
 @dataclass
@@ -173,12 +174,17 @@ def show(console, report: dict) -> None:
         f"{report['rounds']} passes, llama.cpp --threads {report['threads']}"
     )
     table(title, COLUMNS, [_cells(r, report["gamma"]) for r in report["rows"]], console)
+    runs = report["rounds"] * report["prompts"]
     slow = ", ".join(
-        f"{r['engine']} {r['run']} {r['weights']} {r['slow_runs']}" for r in report["rows"]
+        f"{r['engine']} {r['run']} {r['weights']}: {r['slow_runs']}" for r in report["rows"]
     )
-    console.print(
-        f"runs over {SLOW:g}× their prompt's median time (of {report['rounds'] * report['prompts']}): {slow}"
-    )
+    console.print(f"runs over {SLOW:g}× their prompt's median time, of {runs}: {slow}")
+    if any(r["slow_runs"] > BUSY * runs for r in report["rows"]):
+        console.print(
+            "[yellow]The machine was busy: llama.cpp's threads spin while they wait for one "
+            "another, so a run that shares its cores stalls. Rerun on a quiet machine, or "
+            "with --threads 1.[/yellow]"
+        )
     ids = report["prompt_ids"]
     same = sum(p["same_ids"] for p in ids)
     console.print(f"prompt ids: llama.cpp's equal nanospec's on {same} of {len(ids)}")
