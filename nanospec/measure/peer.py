@@ -138,7 +138,7 @@ def prompt_check(llama, gguf: dict, tok, prompts: list[str]) -> list[dict]:
     return rows
 
 
-# -- measuring ------------------------------------------------------------------------------------
+# -- measuring ---------------------------------------------------------------------------------
 
 
 def measure(runners: dict, n_prompts: int, rounds: int, console) -> dict:
@@ -146,7 +146,7 @@ def measure(runners: dict, n_prompts: int, rounds: int, console) -> dict:
     prompt before any mode runs the next one."""
     records = {mode: Record() for mode in runners}
     for r in range(rounds + 1):
-        label = "warming up (compiling, loading)" if r == 0 else f"pass {r} of {rounds}"
+        label = "warming up" if r == 0 else f"pass {r} of {rounds}"
         with console.status(f"{label}…"):
             for rec in records.values():
                 rec.samples.append([])
