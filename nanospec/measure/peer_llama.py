@@ -31,7 +31,7 @@ class Llama:
 
     source: Path  # the llama.cpp tree: convert_hf_to_gguf.py, requirements/, gguf-py/
     bin: Path  # the folder holding TOOLS
-    version: str  # e.g. "llama-cpp-python 0.3.36, llama.cpp version: 0.5.0-dev (build 1, commit 0c1e570)"
+    version: str  # "llama-cpp-python 0.3.36, llama.cpp version: 0.5.0-dev (build 1, …)"
 
     def tool(self, name: str) -> str:
         return str(self.bin / name)
