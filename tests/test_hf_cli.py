@@ -109,6 +109,7 @@ def test_export_hf_writes_a_folder_that_generate_reads(capsys, tmp_path):
     }
     config = json.loads((tmp_path / "t" / "config.json").read_text(encoding="utf-8"))
     assert config["model_type"] == "gpt2" and config["architectures"] == ["GPT2LMHeadModel"]
+    assert config["n_ctx"] == config["n_positions"] == 256  # both names, as GPT-2's own has
     ask = ["--prompt", PROMPT, "--temperature", "0", "--max-new-tokens", "8", "--json"]
     code, out, _ = run(capsys, SHIPPED, "generate", "--target", str(tmp_path / "t"), *ask)
     code2, shipped, _ = run(capsys, SHIPPED, "generate", *ask)

@@ -40,6 +40,9 @@ def hf_config(cfg, eos_id: int) -> dict:
         "model_type": "gpt2",
         "vocab_size": cfg.vocab_size,
         "n_positions": cfg.n_ctx,
+        # GPT2Config's older name for the same size; GPT-2's own config.json carries both, and
+        # llama.cpp's converter (convert_hf_to_gguf.py) reads this one
+        "n_ctx": cfg.n_ctx,
         "n_embd": cfg.d_model,
         "n_layer": cfg.n_layer,
         "n_head": cfg.n_head,
