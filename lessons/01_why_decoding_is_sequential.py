@@ -212,22 +212,26 @@ console.print(
 # (Python's cost per call is spread over 32 passes by the probe, as nanospec's loops do.)
 # Streaming the weights was a large share: the bare product did several times fewer GFLOP/s than
 # the same CPU did on the wide pass's arithmetic, so it waits for memory, not for arithmetic.
-# The KV cache was much of the rest: a pass works over the cache's whole buffer, so 256 slots
+# The KV cache is a smaller part: a pass works over the cache's whole buffer, so 256 slots
 # cost more than 80 however few are filled. That is neither arithmetic nor the cost of starting
 # operations. Not arithmetic: model.py's two attention einsums (the scores, then the weighted
 # values) each do a multiply and an add per slot for each of a key's or value's 384 numbers, in
 # each of the 6 layers: 2 × 2 × 384 × 6 = 9,216 flops a slot. All 256 slots are a tenth of the
 # weights' 23.06 MFLOP; the 176 slots beyond 80 are 1.62 MFLOP, about 7% of it, and at the rate
 # the pass does its arithmetic a percent of a pass or less (printed under the table), against
-# the tens of percent the table measures. Not starting operations: the width-48 model, whose
-# buffers have an eighth of the bytes, costs almost nothing. It is work that grows with the
-# buffers' bytes, and far dearer per byte than streaming the weights (the line under the table
-# prints both rates), so the pass does more with the buffers than read them once. Each part is
+# the share the table measures. Not starting operations: the width-48 model, whose buffers have
+# an eighth of the bytes, costs little. It is work that grows with the buffers' bytes, and
+# dearer per byte than streaming the weights (the line under the table prints both rates): the
+# pass reads the keys, writes the block's new ones, and masks and weighs every slot. (Before
+# nanospec's cache took its present layout, every pass also copied all of its buffers to lay
+# them out for its matmuls, and the larger cache cost 25–60% of a pass: docs/results.md, "The
+# verify pass: before and after".) Each part is
 # measured on its own, so they need not add up, and on a busy machine one can come out far off,
 # even above the whole pass, when other programs slow it more than the pass timed beside it: run
-# the lesson again. In the runs on the 2-core machine this lesson was written on, busy with
-# other jobs, the fixed part was 83–93% of a one-token pass, streaming the weights 37–70% (once,
-# in a burst of load, 119%), the larger cache 25–60% and starting the operations 2–6%.
+# the lesson again (once, in a burst of load, streaming the weights came out at 119%). In three
+# quiet runs on the 2-core machine this lesson was last checked on, the fixed part was 90–91% of
+# a one-token pass, streaming the weights 52–55%, the larger cache 9–14% and starting the
+# operations 6–7%.
 #
 # So on this CPU a wide pass saves the work that grows with bytes, not tokens: the weights
 # streamed and the work on the cache's buffers, paid once for all its tokens. It does not
