@@ -206,9 +206,9 @@ console.print(
 # %% [markdown]
 # Read the table from the bottom; what follows is what the runs this lesson was written on
 # showed (their ranges close this paragraph), so check it against yours. Starting the pass's
-# operations cost a few percent of it at most (the width-48 pass roughly bounds it: it still
+# operations cost about a tenth of it at most (the width-48 pass roughly bounds it: it still
 # streams its own small weights and cache, and an operation is assumed to cost about as much to
-# start at width 48 as at 384): per-operation overhead is not what a wide pass saves here.
+# start at width 48 as at 384): per-operation overhead is a small part of what a wide pass saves.
 # (Python's cost per call is spread over 32 passes by the probe, as nanospec's loops do.)
 # Streaming the weights was a large share: the bare product did several times fewer GFLOP/s than
 # the same CPU did on the wide pass's arithmetic, so it waits for memory, not for arithmetic.
@@ -229,17 +229,17 @@ console.print(
 # measured on its own, so they need not add up, and on a busy machine one can come out far off,
 # even above the whole pass, when other programs slow it more than the pass timed beside it: run
 # the lesson again (once, in a burst of load, streaming the weights came out at 119%). In three
-# quiet runs on the 2-core machine this lesson was last checked on, the fixed part was 90–91% of
-# a one-token pass, streaming the weights 52–55%, the larger cache 9–14% and starting the
-# operations 6–7%.
+# quiet runs on the 2-core machine this lesson was last checked on, the fixed part was 86–87% of
+# a one-token pass, streaming the weights 54–57%, the larger cache 14–15% and starting the
+# operations 11–12%.
 #
 # So on this CPU a wide pass saves the work that grows with bytes, not tokens: the weights
 # streamed and the work on the cache's buffers, paid once for all its tokens. It does not
 # save arithmetic: each extra token adds arithmetic that a wide pass does not share, so
 # r(γ+1) grows with γ (docs/design.md §6). Where the arithmetic overtakes the fixed part is
-# the count printed under the part-by-part table (9 to 14 tokens in the runs so far; it moves
-# with the machine's load): past it the pass is compute-bound, its arithmetic outweighing the
-# fixed part. Where one token's arithmetic is a small fraction of what a pass costs anyway
+# the count printed under the part-by-part table (6 to 7 tokens in the runs above, 9 to 14
+# before the cache fix; it moves with the machine's load): past it the pass is compute-bound,
+# its arithmetic outweighing the fixed part. Where one token's arithmetic is a small fraction of what a pass costs anyway
 # (reading the weights, above all) — a GPU at batch 1 is expected to be such a case, and so
 # is GPT-2 small's shape on this CPU, r(5) = 1.09 (docs/results.md) — r barely moves; this
 # project has not measured a GPU.

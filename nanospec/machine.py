@@ -26,6 +26,24 @@ def cpu_name() -> str:
         return platform.processor() or platform.machine()
 
 
+def vector_extension() -> str:
+    """The widest vector instructions this CPU has, as /proc/cpuinfo lists them ("" elsewhere):
+    the matmul FLOP/s, and so r, depend on them."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = next(
+                set(line.split(":", 1)[1].split())
+                for line in f
+                if line.startswith(("flags", "Features"))
+            )
+    except (OSError, StopIteration):
+        return ""
+    for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("asimd", "NEON")):
+        if flag in flags:
+            return name
+    return ""
+
+
 def described() -> dict:
     """The machine and the software a measurement's JSON records: XLA's choices, and so the
     numbers, depend on the CPU, the device and the jax and jaxlib versions."""

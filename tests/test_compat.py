@@ -62,3 +62,31 @@ def test_the_quick_xla_flags_name_only_flags_this_xla_knows():
     assert jnp.ones(2).sum() == 2  # the backend is up, so the flags were accepted
     flags = compat.QUICK_XLA_FLAGS.split()
     assert all(flag.startswith("--xla_cpu_") for flag in flags)
+
+
+def xla_flags_after_import(given: str | None) -> str:
+    """XLA_FLAGS in a fresh process after `import nanospec.compat`, given XLA_FLAGS (or none)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    if given is not None:
+        env["XLA_FLAGS"] = given
+    code = "import os, nanospec.compat; print(os.environ.get('XLA_FLAGS', ''))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_wide_vectors_on_avx512_only_and_never_over_the_users_width():
+    """512-bit vectors where the CPU has AVX-512 and jaxlib is 0.5 or newer; a width the user
+    gave is kept as given; other flags are kept beside it."""
+    from nanospec.machine import vector_extension
+
+    wide = vector_extension() == "AVX-512" and compat._release("jaxlib") >= (0, 5)
+    assert xla_flags_after_import(None) == (f"{compat.WIDE}=512" if wide else "")
+    mine = "--xla_cpu_prefer_vector_width=256"
+    assert xla_flags_after_import(mine) == mine
+    other = "--xla_cpu_multi_thread_eigen=false"
+    assert xla_flags_after_import(other) == (f"{other} {compat.WIDE}=512" if wide else other)

@@ -136,9 +136,16 @@ def test_training_texts_equal_the_library(pairs, name):
 
 
 # Texts hypothesis draws from: any text, with GPT-2's awkward pieces mixed in more often than
-# chance would put them there.
+# chance would put them there. subtle: not characters this Python's Unicode leaves unassigned.
+# The `regex` package that nanospec splits with (as GPT-2's own encoder does) and the Rust
+# `tokenizers` each carry their own Unicode version, and a character one of them knows as a
+# letter (U+3D000, say, is one to regex 2026.11) the other counts as punctuation: they split
+# it apart from a following "'s" differently, and neither is wrong.
+ASSIGNED = st.characters(exclude_categories=["Cn", "Cs"])  # Cs: as st.text() leaves out
 PIECES = st.sampled_from([EOS, " ", "  ", "\n", "\t", "'s", "'ll", "\u200d", "\u0301", "🇫", "1"])
-TEXTS = st.one_of(st.text(), st.lists(st.one_of(st.text(max_size=5), PIECES)).map("".join))
+TEXTS = st.one_of(
+    st.text(ASSIGNED), st.lists(st.one_of(st.text(ASSIGNED, max_size=5), PIECES)).map("".join)
+)
 
 
 @settings(max_examples=200, deadline=None)

@@ -43,7 +43,7 @@ import jax.numpy as jnp
 
 from nanospec.errors import UserError
 from nanospec.fileio import atomic_write, check_output
-from nanospec.machine import described
+from nanospec.machine import described, vector_extension
 from nanospec.measure.probes import FORWARD_CALLS, decode_probe, forward_probe, interleaved_samples
 from nanospec.measure.tables import console_for, print_roofline
 from nanospec.measure.workloads import workload_prompts
@@ -107,24 +107,6 @@ def pass_cost(cfg, n: int, slots: int) -> dict:
         "attention_flops": attention,
         "flops": matmul + attention,
     }
-
-
-def vector_extension() -> str:
-    """The widest vector instructions this CPU has, as /proc/cpuinfo lists them ("" elsewhere):
-    the matmul FLOP/s, and so r, depend on them."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = next(
-                set(line.split(":", 1)[1].split())
-                for line in f
-                if line.startswith(("flags", "Features"))
-            )
-    except (OSError, StopIteration):
-        return ""
-    for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("asimd", "NEON")):
-        if flag in flags:
-            return name
-    return ""
 
 
 # The probes. Each is a jitted loop whose every pass depends on the last one (nothing for XLA
