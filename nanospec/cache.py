@@ -47,7 +47,8 @@ def rows(buf: jax.Array, batch: int) -> jax.Array:
 
 
 def repeat_rows(cache: KVCache, n: int) -> KVCache:
-    """Every row n times over, in place: rows (a, b) -> (a, a, …, b, b, …), heads kept together."""
+    """Every row n times over, each next to itself: rows (a, b) -> (a, a, …, b, b, …), heads
+    kept together."""
     B = cache.length.shape[0]
     again = lambda buf: jnp.repeat(rows(buf, B), n, axis=0).reshape(-1, *buf.shape[1:])
     return KVCache(
