@@ -219,27 +219,30 @@ console.print(
 # each of the 6 layers: 2 × 2 × 384 × 6 = 9,216 flops a slot. All 256 slots are a tenth of the
 # weights' 23.06 MFLOP; the 176 slots beyond 80 are 1.62 MFLOP, about 7% of it, and at the rate
 # the pass does its arithmetic a percent of a pass or less (printed under the table), against
-# the share the table measures. Not starting operations: the width-48 model, whose buffers have
-# an eighth of the bytes, costs little. It is work that grows with the buffers' bytes, and
-# dearer per byte than streaming the weights (the line under the table prints both rates): the
-# pass reads the keys, writes the block's new ones, and masks and weighs every slot. (Before
-# nanospec's cache took its present layout, every pass also copied all of its buffers to lay
-# them out for its matmuls, and the larger cache cost 25–60% of a pass: docs/results.md, "The
-# verify pass: before and after".) Each part is
+# the share the table measures. Not starting operations: the 80-slot and 256-slot passes run
+# the same operations, so what starting them costs cancels out of the difference (the width-48
+# model, whose buffers have an eighth of the bytes, bounds that cost at about a tenth of a
+# pass). It is work that grows with the buffers' bytes, and dearer per byte than streaming the
+# weights (the line under the table prints both rates): every slot's key and value is read, and
+# every slot's score masked and weighed, filled or not. (Before nanospec's cache took its
+# present layout, every pass also copied all of its buffers to lay them out for its matmuls, a
+# third of a decode step: docs/results.md, "The verify pass: before and after"; this lesson's
+# runs then, on a busy machine, put the larger cache at 25–60% of a pass.) Each part is
 # measured on its own, so they need not add up, and on a busy machine one can come out far off,
-# even above the whole pass, when other programs slow it more than the pass timed beside it: run
-# the lesson again (once, in a burst of load, streaming the weights came out at 119%). In three
-# quiet runs on the 2-core machine this lesson was last checked on, the fixed part was 86–87% of
-# a one-token pass, streaming the weights 54–57%, the larger cache 14–15% and starting the
-# operations 11–12%.
+# even above the whole pass, when other programs slow it more than the pass timed beside it:
+# run the lesson again. In three quiet runs on the 2-core machine this lesson was last checked
+# on (the cache's present layout, 512-bit vectors: nanospec/compat.py), the fixed part was
+# 86–87% of a one-token pass, streaming the weights 54–57%, the larger cache 14–15% and
+# starting the operations 11–12%; in one run beside two busy loops, 88%, 64%, 21% and 5%.
 #
 # So on this CPU a wide pass saves the work that grows with bytes, not tokens: the weights
 # streamed and the work on the cache's buffers, paid once for all its tokens. It does not
 # save arithmetic: each extra token adds arithmetic that a wide pass does not share, so
 # r(γ+1) grows with γ (docs/design.md §6). Where the arithmetic overtakes the fixed part is
-# the count printed under the part-by-part table (6 to 7 tokens in the runs above, 9 to 14
-# before the cache fix; it moves with the machine's load): past it the pass is compute-bound,
-# its arithmetic outweighing the fixed part. Where one token's arithmetic is a small fraction of what a pass costs anyway
+# the count printed under the part-by-part table (6 to 7 tokens in the quiet runs above, 8 in
+# the busy one, 9 to 14 before the cache fix and the wider vectors; it moves with the machine's
+# load and the code): past it the pass is compute-bound, its arithmetic outweighing the fixed
+# part. Where one token's arithmetic is a small fraction of what a pass costs anyway
 # (reading the weights, above all) — a GPU at batch 1 is expected to be such a case, and so
 # is GPT-2 small's shape on this CPU, r(5) = 1.09 (docs/results.md) — r barely moves; this
 # project has not measured a GPU.
