@@ -367,12 +367,13 @@ console.print(
 #     E(α, γ) > γc + r(γ + 1)
 #
 # the tokens it brings outweigh what it costs, counted in target steps. The extra arithmetic may
-# cost time, as long as it costs less than that. On a CPU it does cost time, and how much
-# depends on the CPU: on the 2-core one these lessons were recorded on, a pass over 5 tokens
-# cost 1.5 to 1.8 one-token passes, and speculation still paid there, about 2× at γ = 7 in the
-# choosing-γ lesson's recorded runs (lessons/NUMBERS.md); on another 2-core EPYC, without
-# AVX-512, a pass over 8 tokens was reported at 2.3 to 2.7, and the draft model's speedup at
-# 1.7–1.8×. So r is your machine's: the token-trees lesson measures r(5) on it, the choosing-γ
+# cost time, and how much depends on the CPU and on the code that runs it. On the 2-core AMD
+# EPYC these lessons were recorded on (AVX-512), a pass over 8 tokens cost 1.44 to 1.54
+# one-token passes before nanospec's cache fix and 2.1 to 2.2 after it and its wider vectors,
+# which made the one-token pass faster (docs/results.md, "The verify pass: before and after");
+# on another 2-core EPYC without AVX-512, it was reported at 2.3 to 2.7 before the fix.
+# Speculation paid on both, less where r is higher. So r is your machine's and your build's:
+# the token-trees lesson measures r(5) on it, the choosing-γ
 # lesson how r grows with γ, and `nanospec bench` ends by saying which term limits your
 # speedup. The trade turns only where r(γ + 1) reaches E(α, γ) − γc (printed above for γ = 4),
 # which a serving engine's large batch approaches once its spare compute runs out: the
