@@ -16,6 +16,7 @@ from rich.console import Console
 import nanospec.measure.explain
 import nanospec.measure.roofline
 from nanospec.measure.explain import explain, limit, what_if
+from nanospec.measure.probes import FORWARD_CALLS
 from nanospec.measure.roofline import main, matmul_shapes, param_count, pass_cost, stand
 from nanospec.measure.tables import print_roofline
 from nanospec.model import GPT, ModelConfig, count_params
@@ -48,10 +49,14 @@ def test_a_pass_costs_counted_by_hand():
     assert sum(k for _, _, k in matmul_shapes(cfg).values()) == 4 * cfg.n_layer + 1
 
 
-def made_up_roofline(cfg, t_ar, t_pass, gbs=10.0, gflops=None):
-    """Probe medians that give `gbs` GB/s for every read and `gflops[n]` GFLOP/s at n rows."""
+def made_up_roofline(cfg, t_ar, t_pass, gbs=10.0, gflops=None, chain=None):
+    """Probe medians that give `gbs` GB/s for every read, `gflops[n]` GFLOP/s at n rows, and
+    `chain[n]` seconds for a pass's matmuls alone at n rows."""
     gflops = gflops or {n: 10.0 * n for n in {1, 16, *t_pass}}
     med, work = {}, {}
+    for n, seconds in (chain or {}).items():  # FORWARD_CALLS passes a call, as the probe's
+        work["roofline", "chain", n] = FORWARD_CALLS * pass_cost(cfg, n, 0)["matmul_flops"]
+        med["roofline", "chain", n] = FORWARD_CALLS * seconds
     for name in ("copy", "read", "read pass"):
         work["roofline", name], med["roofline", name] = 1e9, 1e9 / (gbs * 1e9)
     for name, (i, o, _) in matmul_shapes(cfg).items():
@@ -88,6 +93,23 @@ def test_the_roofline_bounds_each_pass_by_its_slower_roof():
     out = io.StringIO()
     print_roofline(Console(file=out, width=200), roof)
     assert "8 tokens" in out.getvalue() and "compute" in out.getvalue()
+    assert "matmuls alone" not in out.getvalue()  # no chain probe, no line
+
+
+def test_the_matmuls_alone_give_their_own_r():
+    cfg = ModelConfig.target()
+    # a 1 ms step, 2.5 ms at 8 tokens; the matmuls alone 0.75 and 1.5 ms: r 2.5, alone 2.0
+    roof = made_up_roofline(cfg, 1e-3, {1: 1e-3, 8: 2.5e-3}, chain={1: 0.75e-3, 8: 1.5e-3})
+    step, p1, p8 = roof["passes"]
+    assert "matmuls_ms" not in step  # the decode step is bench's T_ar, not a probe's pass
+    assert p1["matmuls_ms"] == pytest.approx(0.75) and p1["r_matmuls"] == pytest.approx(1.0)
+    assert p8["matmuls_ms"] == pytest.approx(1.5) and p8["r_matmuls"] == pytest.approx(2.0)
+    assert p8["r"] == pytest.approx(2.5)
+    out = io.StringIO()
+    print_roofline(Console(file=out, width=80), roof)
+    line = " ".join(out.getvalue().split())  # the console wraps at 80 columns
+    assert "8 tokens 1.500 ms (60% of the pass), r 2.00; 1 token 0.750 ms" in line
+    assert max(len(x) for x in out.getvalue().splitlines()) <= 80
 
 
 def bench_report(**row) -> dict:
@@ -170,10 +192,14 @@ def test_the_paragraph_quotes_the_roofline_and_warns_of_noise():
             {"pass": "pass over 8", "tokens": 8, "of_bound": 0.35, "r": 1.87, "r_at_bound": 1.57},
         ]
     }
+    assert "matmuls alone" not in explain(report)  # a roofline without the chain probe
+    report["roofline"]["passes"][2].update(measured_ms=2.4, matmuls_ms=1.6, r_matmuls=1.62)
     report["ar"]["tpot_over_decode_probe"] = 1.3
     text = explain(report)
     assert "would cost 1.57 one-token passes if both ran at their bounds" in text
     assert "they ran at 0.35 and 0.41" in text
+    assert "Its matmuls alone take 1.60 of its 2.40 ms" in text
+    assert "with everything else free, r would be 1.62" in text
     assert "The run was noisy" in text
     assert "Nothing here has a cost model" in explain({**report, "rows": []})
     assert "roofline" not in explain({**report, "roofline": None})  # bench without one

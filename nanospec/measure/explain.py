@@ -126,6 +126,13 @@ def explain(report: dict) -> str:
             f"bounds; they ran at {passes[n]['of_bound']:.2f} and {passes[1]['of_bound']:.2f} "
             "of them."
         )
+        if "matmuls_ms" in passes[n]:
+            text.append(
+                f"Its matmuls alone take {passes[n]['matmuls_ms']:.2f} of its "
+                f"{passes[n]['measured_ms']:.2f} ms and, timed alone, cost "
+                f"{passes[n]['r_matmuls']:.2f} times the one-token pass's: with everything "
+                f"else free, r would be {passes[n]['r_matmuls']:.2f}."
+            )
     if abs(report["ar"]["tpot_over_decode_probe"] - 1) > NOISY:
         text.append("The run was noisy (see above): take c and r loosely, and run it again.")
     return " ".join(text)

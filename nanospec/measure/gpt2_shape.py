@@ -34,7 +34,6 @@ above 1, prefill, half precision.
 """
 
 import argparse
-import json
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -45,11 +44,10 @@ from flax import nnx
 
 from nanospec import SHIPPED
 from nanospec.checkpoint import load_model
-from nanospec.fileio import atomic_write
 from nanospec.hf.export import folder_files, write_folder
 from nanospec.hf.folder import is_folder, load_folder
 from nanospec.measure.probes import FORWARD_CALLS, forward_probe, interleaved_samples
-from nanospec.measure.tables import console_for, table
+from nanospec.measure.tables import console_for, sign_off, table
 from nanospec.model import GPT, ModelConfig, count_params
 from nanospec.sampling import SamplingParams, sampling_probs
 from nanospec.ssd.fanout import SSDOptions, parse_fanout
@@ -319,9 +317,7 @@ def main(argv=None) -> dict:
         "sampling_cut_ms": {cut: x["ms"] for cut, x in cuts.items()},
         "machine": {"platform": jax.devices()[0].platform, "jax": jax.__version__},
     }
-    if args.json:
-        atomic_write(args.json, json.dumps(report, indent=2))
-        console.print(f"written: {args.json}")
+    sign_off(console, report, args.json)
     return report
 
 

@@ -38,23 +38,21 @@ What this file deliberately leaves out: batches above 1, prefill, half precision
 """
 
 import argparse
-import json
 import statistics
 import time
 from dataclasses import replace
 
 import jax
 import jax.numpy as jnp
-import jaxlib
 from flax import nnx
 
 from nanospec.cache import KVCache, attention_mask, rollback
 from nanospec.errors import UserError
-from nanospec.fileio import atomic_write, check_output
+from nanospec.fileio import check_output
 from nanospec.machine import described
 from nanospec.measure.gpt2_shape import GPT2_SMALL
 from nanospec.measure.probes import FORWARD_CALLS, interleaved_samples
-from nanospec.measure.tables import console_for, table
+from nanospec.measure.tables import console_for, sign_off, table
 from nanospec.model import GPT, ModelConfig, count_params, forward
 
 GPT2_XL = replace(GPT2_SMALL, name="gpt2-xl", n_layer=48, n_head=25, d_model=1600)
@@ -273,10 +271,7 @@ def main(argv=None) -> dict:
         "machine": described(),
         "shapes": records,
     }
-    console.print(f"{report['machine']['cpu']}, jax {jax.__version__}, jaxlib {jaxlib.__version__}")
-    if args.json:
-        atomic_write(args.json, json.dumps(report, indent=2))
-        console.print(f"written: {args.json}")
+    sign_off(console, report, args.json)
     return report
 
 

@@ -26,24 +26,22 @@ defaults: docs/results.md records what else was tried), and GPU backends.
 """
 
 import argparse
-import json
 import statistics
 import time
 
 import jax
 import jax.numpy as jnp
-import jaxlib
 from flax import nnx
 
 from nanospec import SHIPPED
 from nanospec.decode import Bundle, make_loop
 from nanospec.drafters import DraftModel
 from nanospec.errors import UserError
-from nanospec.fileio import atomic_write, check_output
+from nanospec.fileio import check_output
 from nanospec.generate import pad_prompts
 from nanospec.machine import described
 from nanospec.measure.probes import interleaved_samples
-from nanospec.measure.tables import console_for, table
+from nanospec.measure.tables import console_for, sign_off, table
 from nanospec.model import GPT, ModelConfig
 from nanospec.rounds import fused_program
 from nanospec.sampling import GREEDY, SamplingParams
@@ -192,10 +190,7 @@ def main(argv=None) -> dict:
         "machine": described(),
         "programs": records,
     }
-    console.print(f"{report['machine']['cpu']}, jax {jax.__version__}, jaxlib {jaxlib.__version__}")
-    if args.json:
-        atomic_write(args.json, json.dumps(report, indent=2))
-        console.print(f"written: {args.json}")
+    sign_off(console, report, args.json)
     return report
 
 

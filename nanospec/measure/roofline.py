@@ -13,6 +13,10 @@ same process and so under the same XLA settings as the model's own programs:
     matmul      FLOP/s of x @ W at the target's shapes (c_attn, attn c_proj, c_fc, mlp c_proj,
                 the tied output layer) for 1, γ + 1 and 16 rows of x, and for one pass's
                 matmuls together (the shapes weighted by how often a pass runs them)
+    matmuls     a pass's matmuls alone, in a pass's order, over weights as large as the
+                target's, for 1 and γ + 1 rows: each probe above re-reads one matrix that its
+                caches keep, a pass streams all of them from memory; their r is the r a pass
+                would have if nothing but its matmuls cost anything
     a pass      its bytes (the weights read, the KV cache read) and FLOPs (the matmuls, and
                 attention over every slot of the cache), counted from the ModelConfig
 
@@ -34,7 +38,6 @@ time the bound does not count, and batches above 1.
 """
 
 import argparse
-import json
 import statistics
 from functools import partial
 
@@ -42,10 +45,10 @@ import jax
 import jax.numpy as jnp
 
 from nanospec.errors import UserError
-from nanospec.fileio import atomic_write, check_output
+from nanospec.fileio import check_output
 from nanospec.machine import described, vector_extension
 from nanospec.measure.probes import FORWARD_CALLS, decode_probe, forward_probe, interleaved_samples
-from nanospec.measure.tables import console_for, print_roofline
+from nanospec.measure.tables import console_for, print_roofline, sign_off
 from nanospec.measure.workloads import workload_prompts
 
 BANDWIDTH_MB = 256  # the large buffer, in MiB: far past a CPU's last-level cache (tens of MB)
@@ -139,6 +142,41 @@ def _matmul(x, w, calls: int):
     return jax.lax.fori_loop(0, calls, body, x)
 
 
+@partial(jax.jit, static_argnums=3)
+def _chain(x, layers, out, calls: int):
+    def body(i, x):  # as a pass runs them: c_attn, attn c_proj, c_fc, mlp c_proj; then output
+        for qkv, proj, fc, fc_proj in layers:
+            q, k, v = jnp.split(x @ qkv, 3, axis=-1)  # all three used: none is left uncomputed
+            x = x + 1e-3 * ((q + k + v) @ proj)
+            # tanh, as GELU: between two dots, it keeps XLA from multiplying them out
+            x = x + 1e-3 * (jnp.tanh(x @ fc) @ fc_proj)
+        return x + 1e-6 * jnp.max(jnp.einsum("vc,tc->tv", out, x), axis=-1, keepdims=True)
+
+    return jax.lax.fori_loop(0, calls, body, x)
+
+
+def chain_probes(cfg, rows) -> tuple[dict, dict]:
+    """(probes, FLOPs each call does): a pass's matmuls alone (`_chain`), FORWARD_CALLS
+    times a call, as forward_probe runs its passes, for each row count. The weights are
+    random, shaped as the target's: every layer its own, so they stream as a pass's do."""
+    key = jax.random.key(1)
+    shapes = [(d_in, d_out) for d_in, d_out, _ in matmul_shapes(cfg).values()]
+    layers = [
+        [
+            0.02 * jax.random.normal(jax.random.fold_in(key, 4 * i + j), s)
+            for j, s in enumerate(shapes[:4])
+        ]
+        for i in range(cfg.n_layer)
+    ]
+    out = 0.02 * jax.random.normal(key, shapes[4][::-1], jnp.float32)  # (V, d), as wte lies
+    probes, flops = {}, {}
+    for n in rows:
+        x = jnp.ones((n, cfg.d_model), jnp.float32)
+        probes[("roofline", "chain", n)] = lambda x=x: _chain(x, layers, out, FORWARD_CALLS)
+        flops[("roofline", "chain", n)] = FORWARD_CALLS * pass_cost(cfg, n, 0)["matmul_flops"]
+    return probes, flops
+
+
 def _sweeps(nbytes: int) -> int:
     return max(1, min(64, BYTES_PER_CALL // max(nbytes, 1)))
 
@@ -199,7 +237,8 @@ def roofline_probes(cfg, blocks, large_mb: float = BANDWIDTH_MB) -> tuple[dict, 
     rows = sorted({1, 16, *blocks})
     probes, work = bandwidth_probes(large_mb, pass_cost(cfg, 1, cfg.n_ctx)["bytes"])
     mm, flops = matmul_probes(cfg, rows)
-    return {**probes, **mm}, {**work, **flops}
+    chain, chain_flops = chain_probes(cfg, sorted({1, *blocks}))
+    return {**probes, **mm, **chain}, {**work, **flops, **chain_flops}
 
 
 def stand(
@@ -244,6 +283,7 @@ def stand(
             "bound_by": "memory" if memory >= compute else "compute",
         }
 
+    chain = {k[2]: med[k] / FORWARD_CALLS for k in work if k[1] == "chain"}  # s a pass
     one = bound(1)
     passes = [{"pass": "decode step", **one, "measured_ms": 1e3 * t_ar}]
     for n in sorted(t_pass):
@@ -257,6 +297,9 @@ def stand(
                 "r_at_bound": at["bound_ms"] / one["bound_ms"],
             }
         )
+        if n in chain and 1 in chain:
+            passes[-1]["matmuls_ms"] = 1e3 * chain[n]
+            passes[-1]["r_matmuls"] = chain[n] / chain[1]
     for p in passes:
         p["of_bound"] = p["bound_ms"] / p["measured_ms"]
     return {
@@ -320,11 +363,7 @@ def main(argv=None) -> dict:
         **stand(cfg, cfg.n_ctx, med, work, t_ar, t_pass, args.mb),
     }
     print_roofline(console, report)
-    m = report["machine"]
-    console.print(f"{m['cpu']}, {m['cores']} cores, jax {m['jax']}, jaxlib {m['jaxlib']}")
-    if args.json:
-        atomic_write(args.json, json.dumps(report, indent=2))
-        console.print(f"written: {args.json}")
+    sign_off(console, report, args.json)
     return report
 
 

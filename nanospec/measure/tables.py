@@ -16,6 +16,7 @@ table. `print_*` picks the wide layout whenever it fits the console (or is asked
 What this file deliberately leaves out: computing anything — it only lays out finished reports.
 """
 
+import json
 import sys
 
 from rich import box
@@ -266,7 +267,7 @@ def print_roofline(console: Console, roof: dict) -> None:
     console.print(f"\nmatmul GFLOP/s here{vector}: x @ W, W shaped as the target's", style="bold")
     headers = ["W", *(f"{n} row{'s' * (n != '1')}" for n in rows)]
     cells = [[name, *(f"{by[n]:.1f}" for n in rows)] for name, by in gflops.items()]
-    console.print(_plain(headers, cells))
+    console.print(plain_table(headers, cells))
     bw = roof["bandwidth_gbs"]
     console.print(
         f"memory: copy {bw['copy']:.1f} GB/s (read + written) and read {bw['read']:.1f} GB/s "
@@ -295,10 +296,36 @@ def print_roofline(console: Console, roof: dict) -> None:
         ]
         for p in passes
     ]
-    console.print(_plain(headers, cells))
+    console.print(plain_table(headers, cells))
+    alone = [p for p in passes if "matmuls_ms" in p and p["tokens"] > 1]
+    if alone:
+        console.print(
+            "the matmuls alone, over weights streamed as a pass streams them: "
+            + "; ".join(
+                f"{p['tokens']} tokens {p['matmuls_ms']:.3f} ms "
+                f"({p['matmuls_ms'] / p['measured_ms']:.0%} of the pass), "
+                f"r {p['r_matmuls']:.2f}"
+                for p in alone
+            )
+            + f"; 1 token {passes[1]['matmuls_ms']:.3f} ms. That r is the pass's own if "
+            "nothing but its matmuls cost anything."
+        )
 
 
-def _plain(headers: list[str], cells: list[list[str]]) -> Table:
+def sign_off(console: Console, report: dict, path: str | None) -> None:
+    """How a measuring script ends: the machine it ran on (where the report has `described()`'s
+    record), then, if a path was given, the whole report written there as JSON, or nothing."""
+    from nanospec.fileio import atomic_write
+
+    m = report.get("machine", {})
+    if "cpu" in m:
+        console.print(f"{m['cpu']}, {m['cores']} cores, jax {m['jax']}, jaxlib {m['jaxlib']}")
+    if path:
+        atomic_write(path, json.dumps(report, indent=2))
+        console.print(f"written: {path}")
+
+
+def plain_table(headers: list[str], cells: list[list[str]]) -> Table:
     """A compact table: the first column left-aligned, the rest right-aligned."""
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for i, h in enumerate(headers):
