@@ -12,8 +12,8 @@
 # autoregressive decoding is a chain of passes over ONE new token each. But a pass over several
 # new tokens at once — if we already knew them — computes every one of their next-token laws
 # together, and a pass over 8 or 16 of them costs far less than 8 or 16 passes (the first extra
-# token or two can cost nearly a whole pass: see the table): part of a pass's cost is paid once
-# per pass however many tokens it carries, and only the rest grows with the tokens. Speculative
+# token can cost nearly a whole pass: see the table): part of a pass's cost is paid once per
+# pass however many tokens it carries, and only the rest grows with the tokens. Speculative
 # decoding guesses the next γ tokens cheaply, then checks all of them with one such wide pass.
 # Below we time it, and split a pass into those two parts to see which costs what here.
 #

@@ -137,10 +137,10 @@ table(
 
 # %% [markdown]
 # How much speculation gains is the machine's: on a GPU a wide pass is expected to be relatively
-# cheaper than here (r nearer 1; not measured in this project), and another CPU's r and c are
-# its own, so the speedups, and even which γ is faster, move. Which γ the model picks is
-# printed, not asserted: E alone picks γ = 7, which brings so many more tokens a round, and the
-# cost terms would turn the pick only at an r(8) far above this run's (the line below prints
+# cheaper than here (r nearer 1; not measured in this project), and another CPU's r and c are its
+# own, so the speedups, and even which γ is faster, move. Which γ the model picks is printed, not
+# asserted: E alone picks γ = 7, which brings so many more tokens a round, and on this CPU the
+# cost terms would turn the pick only at an r(8) far above the one it prints (the line below says
 # where), so a claim on the pick could not fail. The claim is that the pick pays: it is faster
 # than autoregressive decoding on this run's clock, a margin a busy laptop keeps. What tests the
 # cost terms is how close the prediction comes, which is printed, not asserted. Note too that α̂
