@@ -11,7 +11,8 @@
 # A language model writes one token at a time: each token needs the one before it as input, so
 # autoregressive decoding is a chain of passes over ONE new token each. But a pass over several
 # new tokens at once — if we already knew them — computes every one of their next-token laws
-# together, and costs far less than that many passes: part of a pass's cost is paid once per
+# together, and a pass over 8 or 16 of them costs far less than 8 or 16 passes (the first extra
+# token can cost nearly a whole pass: see the table): part of a pass's cost is paid once per
 # pass however many tokens it carries, and only the rest grows with the tokens. Speculative
 # decoding guesses the next γ tokens cheaply, then checks all of them with one such wide pass.
 # Below we time it, and split a pass into those two parts to see which costs what here.
@@ -204,8 +205,8 @@ console.print(
 )
 
 # %% [markdown]
-# Read the table from the bottom; what follows is what the runs this lesson was written on
-# showed (their ranges close this paragraph), so check it against yours. Starting the pass's
+# Read the table from the bottom; what follows is what earlier runs showed (each range below
+# says which runs), so check it against yours. Starting the pass's
 # operations cost about a tenth of it at most (the width-48 pass roughly bounds it: it still
 # streams its own small weights and cache, and an operation is assumed to cost about as much to
 # start at width 48 as at 384): per-operation overhead is a small part of what a wide pass saves.
@@ -218,7 +219,7 @@ console.print(
 # values) each do a multiply and an add per slot for each of a key's or value's 384 numbers, in
 # each of the 6 layers: 2 × 2 × 384 × 6 = 9,216 flops a slot. All 256 slots are a tenth of the
 # weights' 23.06 MFLOP; the 176 slots beyond 80 are 1.62 MFLOP, about 7% of it, and at the rate
-# the pass does its arithmetic a percent of a pass or less (printed under the table), against
+# the pass does its arithmetic about a percent of a pass (printed under the table), against
 # the share the table measures. Not starting operations: the 80-slot and 256-slot passes run
 # the same operations, so what starting them costs cancels out of the difference (the width-48
 # model, whose buffers have an eighth of the bytes, bounds that cost at about a tenth of a
@@ -230,19 +231,23 @@ console.print(
 # runs then, on a busy machine, put the larger cache at 25–60% of a pass.) Each part is
 # measured on its own, so they need not add up, and on a busy machine one can come out far off,
 # even above the whole pass, when other programs slow it more than the pass timed beside it:
-# run the lesson again. In three quiet runs on the 2-core machine this lesson was last checked
-# on (the cache's present layout, 512-bit vectors: nanospec/compat.py), the fixed part was
-# 86–87% of a one-token pass, streaming the weights 54–57%, the larger cache 14–15% and
-# starting the operations 11–12%; in one run beside two busy loops, 88%, 64%, 21% and 5%.
+# run the lesson again. In four quiet runs on 2026-12-07 on a 2-core AMD EPYC with AVX-512 (the
+# cache's present layout, 512-bit vectors: nanospec/compat.py), the fixed part was 83–87% of a
+# one-token pass, streaming the weights 54–68%, the larger cache 14–17% and starting the
+# operations 10–12%; in one run beside two busy loops, 88%, 64%, 21% and 5%. Expect yours to move
+# by several points from run to run.
 #
 # So on this CPU a wide pass saves the work that grows with bytes, not tokens: the weights
-# streamed and the work on the cache's buffers, paid once for all its tokens. It does not
-# save arithmetic: each extra token adds arithmetic that a wide pass does not share, so
-# r(γ+1) grows with γ (docs/design.md §6). Where the arithmetic overtakes the fixed part is
-# the count printed under the part-by-part table (6 to 7 tokens in the quiet runs above, 8 in
-# the busy one, 9 to 14 before the cache fix and the wider vectors; it moves with the machine's
-# load and the code): past it the pass is compute-bound, its arithmetic outweighing the fixed
-# part. Where one token's arithmetic is a small fraction of what a pass costs anyway
-# (reading the weights, above all) — a GPU at batch 1 is expected to be such a case, and so
-# is GPT-2 small's shape on this CPU, r(5) = 1.09 (docs/results.md) — r barely moves; this
-# project has not measured a GPU.
+# streamed and the work on the cache's buffers, paid once for all its tokens. It does not save
+# arithmetic: each extra token adds arithmetic that a wide pass does not share, so r(γ+1) grows
+# with γ (docs/design.md §6). Where the arithmetic overtakes the fixed part is the count printed
+# under the part-by-part table (5 to 7 tokens in the quiet runs above, 8 in the busy one, 9 to 14
+# in runs before the cache fix): past it the pass is compute-bound, its arithmetic outweighing the
+# fixed part. The count moves with the machine's load, the code and the CPU: nanospec asks XLA for
+# 512-bit vectors only where the CPU has AVX-512 (nanospec/compat.py), and with XLA's 256-bit ones
+# two probes on this machine put it near 8 and 9.5, so expect more on a CPU without AVX-512. Where
+# one token's arithmetic is a small fraction of what a pass costs anyway (reading the weights,
+# above all), r barely moves: a GPU at batch 1 is expected to be such a case (this project has not
+# measured one). GPT-2 small's shape on this CPU is not: its r(5) came out 1.55 and 1.98 in two
+# runs on the present code, about the shipped target's in each (docs/results.md, "GPT-2's shape";
+# 1.09 before the cache fix).

@@ -16,12 +16,12 @@
 # one target pass over γ+1 tokens, and emits E(α, γ) = (1 − α^{γ+1}) / (1 − α) tokens
 # (lesson 08) where plain decoding emits one. One request on an idle machine leaves compute
 # spare, so the extra work costs far less than the tokens it brings (on an accelerator the
-# wider pass costs nearly nothing extra, though the γ draft steps still cost γc; on this CPU
-# a γ = 4 round at 1 slot costs a small multiple of a plain step, which chapter 3 measures:
-# 1.2 to 3.2 plain steps in the runs of this lesson recorded so far, the one-slot step being
-# the one a busy machine moves most). A serving engine decodes many requests in one batch, and a
-# busy batch has less compute to spare. Whether speculation still pays depends on the batch,
-# on α and on the machine: so measure it, and choose γ step by step.
+# wider pass is expected to cost nearly nothing extra, not measured here, though the γ draft
+# steps still cost γc; on this CPU a γ = 4 round at 1 slot costs a small multiple of a plain
+# step, which chapter 3 prints: 1.2 to 3.2 plain steps in runs before the cache's present
+# layout and 512-bit vectors). A serving engine decodes many requests in one batch, and a busy
+# batch has less compute to spare. Whether speculation still pays depends on the batch, on α
+# and on the machine: so measure it, and choose γ step by step.
 #
 # Notation: lessons/NOTATION.md (one meaning per symbol, course-wide).
 
@@ -209,21 +209,21 @@ console.print(
 
 # %% [markdown]
 # Why the load should matter (`serving/adaptive.py`, docs/design.md §6): on a GPU a step for a
-# few rows is memory-bound — it reads every weight whether the pass holds 1 token or 5 — so a
-# (γ+1)-token pass costs hardly more than a 1-token one, and a round costs little more than a
-# plain step plus its drafting. With many rows the pass becomes compute-bound: the pass alone
-# approaches γ+1 = 5 plain steps and the drafts add γ·c more; once the ratio reaches γ+1, α* = 1
-# and no draft model is good enough. On the 2-core CPU this lesson was written on, the ratio at
-# 16 slots stayed below γ+1 in every run so far (mostly 1.5 to 3 plain steps in runs of
-# 2026-12-03 to -07; in one run beside eight other jobs the same ratio came out 0.60 here and
-# 4.10 in chapter 6: noise, not the machine), most likely because what a step costs whatever its
-# width (the weights, every row's cache, dispatch, the host's bookkeeping) is still a large
-# share of it. Which load shows the larger ratio changed from run to run, and a one-slot step, a
-# few milliseconds long, is the one a busy machine moves most (1.22 in one run, 3.24 in
-# another): read the ratios above, not a rule. How noisy they are shows in the table itself when
-# a round comes out cheaper than a plain step (a γ = 1 round has, at 0.84× in one run and 0.38×
-# in a busier one): a round makes a wider target pass and drafts besides, so it cannot cost
-# less; the gap is the probe's noise.
+# few rows is expected to be memory-bound — it reads every weight whether the pass holds 1 token
+# or 5 — so a (γ+1)-token pass would cost hardly more than a 1-token one (not measured here). With
+# many rows the pass becomes compute-bound: the pass alone approaches γ+1 = 5 plain steps and the
+# drafts add γ·c more; once the ratio reaches γ+1, α* = 1 and no draft model is good enough. On
+# the 2-core CPU this lesson was written on, the ratio at 16 slots stayed below γ+1 in every run
+# so far (mostly 1.5 to 3 plain steps; the runs this paragraph quotes are of 2026-12-03 to -07,
+# before the cache's present layout and 512-bit vectors; in one beside eight other jobs the same
+# ratio came out 0.60 here and 4.10 in chapter 6: noise, not the machine), most likely because
+# what a step costs whatever its width (the weights, every row's cache, dispatch, the host's
+# bookkeeping) is still a large share of it. Which load shows the larger ratio changed from run
+# to run, and a one-slot step, a few milliseconds long, is the one a busy machine moves most
+# (1.22 in one run, 3.24 in another): read the ratios above, not a rule. How noisy they are
+# shows in the table itself when a round comes out cheaper than a plain step (a γ = 1 round
+# has, at 0.84× in one run and 0.38× in a busier one): a round makes a wider target pass and
+# drafts besides, so it cannot cost less; the gap is the probe's noise.
 #
 # ## 4. The cost model decides
 #
@@ -324,13 +324,13 @@ table(
 
 # %%
 better = {s: max(tps[s, "ar"], tps[s, "draft"]) for s in SLOTS}
-claim(  # 1.39-1.93× in runs of 2026-12-03 to -07, 1.48× the least beside eight other jobs;
-    # lessons/NUMBERS.md records the latest. The margin asserted is the whole of it.
+claim(  # 1.24-2.09× in lessons/NUMBERS.md's three runs beside two busy loops, 2026-12-07,
+    # before the cache's present layout and 512-bit vectors. The margin asserted is all of it.
     tps[1, "draft"] > tps[1, "ar"],
     f"alone (1 slot), speculation served "
     f"{tps[1, 'draft'] / tps[1, 'ar']:.2f}× the tokens/s of plain decoding (asserted: more)",
 )
-console.print(  # 49% to 109% at 1 slot in runs of 2026-12-07 beside other jobs
+console.print(  # 49% to 109% at 1 slot, 2026-12-07, beside other jobs, before the cache fix
     "in this run adaptive reached "
     + " and ".join(f"{tps[s, 'adaptive'] / better[s]:.0%} ({at(s)})" for s in SLOTS)
     + " of the better of ar and draft (printed, not asserted: on a busy laptop this share has "
@@ -380,17 +380,18 @@ console.print(
 
 # %% [markdown]
 # Reading a row's cache costs the same whether the row brings 1 token or γ+1: a round spreads it
-# over E(α, γ) tokens, a plain step over one. Make the caches short and that shared cost
-# shrinks, more of the step is arithmetic on the tokens themselves, and the extra tokens of a
-# round should cost more. At 16 slots on a 2-core CPU the effect is inside the probe's noise: a
-# round went from 1.58 to 2.17, 1.64 to 2.01 and 1.79 to 2.15 plain steps with the shorter
-# caches in three runs on 2026-12-03, but from 1.86 to 1.78 in one on -06, and within one run
-# beside other jobs the same 256-slot ratio came out 0.60 in chapter 3 and 4.10 here (the line
-# above prints this run's). The plain step itself became cheaper each time. At 64 slots the
-# effect is plain. The full sweep (docs/results.md, "Speculation under load"): with caches for
-# 80 tokens, plain decoding's tokens/s at 64 slots roughly triples and speculation's edge falls
-# from ~1.5× to ~1.05×. Conversely, with long contexts the cache is most of a step, and
-# speculation pays even at large batches (Chen et al. 2024, MagicDec).
+# over E(α, γ) tokens, a plain step over one. Make the caches short and that shared cost shrinks,
+# more of the step is arithmetic on the tokens themselves, and the extra tokens of a round should
+# cost more. At 16 slots on a 2-core CPU the effect was inside the probe's noise in runs of
+# 2026-12-03 to -06, before the cache's present layout (a round cost 1.58–1.86 plain steps with
+# whole caches and 1.78–2.17 with short ones, more in three runs of four; the line above prints this
+# run's), though the plain step itself became cheaper each time. At 64 slots, when every step also
+# copied every slot's whole cache, the sweeps in docs/results.md ("Speculation under load") showed
+# it plainly: with caches for 80 tokens speculation's edge fell from ~1.5× to ~1.05×. With the
+# present layout `draft` (γ = 4) did not pay there at all (two runs of `crossover --slots 64` each,
+# 2026-12-07, beside other jobs): 0.89–0.94× plain's tokens/s with whole caches, 0.83–0.86× with
+# short ones. Conversely, with long contexts the cache is most of a step, and speculation pays even
+# at large batches (Chen et al. 2024, MagicDec).
 #
 # ## What to take away
 #
@@ -400,9 +401,8 @@ console.print(
 # far (chapter 3 prints this run's verdict), so the cost model kept drafting, while vLLM's rule,
 # at the threshold of 8 requests we gave it, stopped without asking. End to end, with every
 # request's prefill counted, little or none of that gain may survive: chapter 5's table gives
-# draft's tokens/s over ar's at 16 slots in this run. Where a busy batch makes the ratio climb
-# towards γ+1 (a GPU at large batch; short caches push the same way; here the probe is too noisy
-# to say by how much), the same cost model turns drafting off (chapter 4's last column). Don't
-# guess which case you are in: probe the step costs, track α̂, and let E(α̂, γ) / cost(γ)
-# choose. The full sweep, 1 to 64 slots, is `python -m nanospec.load.crossover`; its tables are
-# in docs/results.md ("Speculation under load").
+# draft's tokens/s over ar's at 16 slots in this run. Where a busy batch makes a round cost more
+# than the tokens it brings (64 slots here, chapter 6; a GPU's large batch, it is expected),
+# the same cost model turns drafting off (chapter 4's last column). Don't guess which case you
+# are in: probe the step costs, track α̂, and let E(α̂, γ) / cost(γ) choose; the full sweep is
+# `python -m nanospec.load.crossover` (its tables in docs/results.md predate the cache fix).

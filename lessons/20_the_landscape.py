@@ -305,11 +305,11 @@ claim(
 #
 #     (γĉ + γ + 1) / E = (1 − α)(γĉ + γ + 1) / (1 − α^(γ+1))
 #
-# which exceeds 1 for every γ, since E ≤ γ + 1. Below, ĉ is counted from the two configs
-# (the matrix products' multiply-adds), and the model's c is set to ĉ, as if time followed
-# arithmetic; a step bound by reading weights would follow the models' sizes, printed beside
-# it. Neither is this CPU's measured c, which is larger (the speculation-under-load lesson
-# measures it): the table is Leviathan's model, not a measurement.
+# which exceeds 1 for every γ, since E ≤ γ + 1. Below, ĉ is counted from the two configs (the
+# matrix products' multiply-adds), and the model's c is set to ĉ, as if time followed arithmetic;
+# a step bound by reading weights would follow the models' sizes, printed beside it. Neither is
+# this CPU's c (near ĉ or below it timed alone, as in the choosing-γ lesson; larger in place, as
+# `nanospec bench` times it): the table is Leviathan's model, not a measurement.
 
 
 # %%
@@ -367,16 +367,16 @@ console.print(
 #     E(α, γ) > γc + r(γ + 1)
 #
 # the tokens it brings outweigh what it costs, counted in target steps. The extra arithmetic may
-# cost time, and how much depends on the CPU and on the code that runs it. On the 2-core AMD
-# EPYC these lessons were recorded on (AVX-512), a pass over 8 tokens cost 1.44 to 1.54
-# one-token passes before nanospec's cache fix and 2.1 to 2.2 after it and its wider vectors,
-# which made the one-token pass faster (docs/results.md, "The verify pass: before and after");
-# on another 2-core EPYC without AVX-512, it was reported at 2.3 to 2.7 before the fix.
-# Speculation paid on both, less where r is higher. So r is your machine's and your build's:
-# the token-trees lesson measures r(5) on it, the choosing-γ
-# lesson how r grows with γ, and `nanospec bench` ends by saying which term limits your
-# speedup. The trade turns only where r(γ + 1) reaches E(α, γ) − γc (printed above for γ = 4),
-# which a serving engine's large batch approaches once its spare compute runs out: the
+# cost time, and how much depends on the CPU and on the code that runs it. On a 2-core AMD EPYC with
+# AVX-512, r(8) was 1.44 to 1.54 in bench's probe before nanospec's cache fix and 2.14 to 2.20 after
+# it and the wider vectors; on a 2-core EPYC without AVX-512 issue 44 reported 2.3 to 2.7 before the
+# fix (docs/results.md, "The verify pass: before and after"). Speculation still paid on the first
+# after both, about 2× at γ = 7 (docs/results.md, "The peer"), less than before: autoregressive
+# decoding got faster, the speculative loop hardly. So r is your machine's and your build's:
+# lesson 01 and the choosing-γ lesson print r(8) on it (2.35 to 2.61 in runs of them on the first
+# EPYC, 2026-12-07), the token-trees lesson r(5), and `nanospec bench` ends by saying which term
+# limits your speedup. The trade turns only where r(γ + 1) reaches E(α, γ) − γc (printed above for
+# γ = 4), which a serving engine's large batch approaches once its spare compute runs out: the
 # speculation-under-load lesson watches it.
 #
 # ## Where other methods fit
