@@ -11,10 +11,12 @@
 # A language model writes one token at a time: each token needs the one before it as input, so
 # autoregressive decoding is a chain of passes over ONE new token each. But a pass over several
 # new tokens at once — if we already knew them — computes every one of their next-token laws
-# together, and a pass over 8 or 16 of them costs far less than 8 or 16 passes (the first extra
-# token can cost nearly a whole pass: see the table): part of a pass's cost is paid once per
-# pass however many tokens it carries, and only the rest grows with the tokens. Speculative
-# decoding guesses the next γ tokens cheaply, then checks all of them with one such wide pass.
+# together, and a pass over 8 or 16 of them costs far less than 8 or 16 passes: part of a pass's
+# cost is paid once per pass however many tokens it carries, and only the rest grows with the
+# tokens. (On this CPU the first extra token can still cost nearly a whole pass, see the table:
+# from two tokens on, the pass's matrix products run on other kernels, which take longer over the
+# same weights; the end of the lesson says more.) Speculative decoding guesses the next γ tokens
+# cheaply, then checks all of them with one such wide pass.
 # Below we time it, and split a pass into those two parts to see which costs what here.
 #
 # Notation: lessons/NOTATION.md (one meaning per symbol, course-wide).
@@ -150,11 +152,12 @@ claim(
 # ## Which cost does the wide pass save?
 #
 # Draw a straight line through the 1- and 16-token passes: a pass over b tokens costs about
-# *fixed* + b · *per token*. (The passes between lie above that line: the first extra tokens
-# cost the most, so the split is a rough one.) The per-token part is the arithmetic, about
-# 2 flops per weight per token, and a wide pass does not save it. The fixed part is paid once
-# per pass however many tokens it carries: that is what a wide pass saves. The three probes
-# say what it is made of.
+# *fixed* + b · *per token*. The per-token part stands for the arithmetic, about 2 flops per
+# weight per token, which a wide pass does not save. The split is rough: the passes between lie
+# above the line, because the first extra token costs the most (the kernels change, below), and
+# the line's per-token part carries that change too (in the runs so far it came out above what
+# the table's 8- and 16-token rows add per token). The fixed part is paid once per pass however
+# many tokens it carries: that is what a wide pass saves. The three probes say what it is made of.
 
 # %%
 part = lambda name: ratio(name, f"1 before {name}")  # of a one-token pass, timed beside it
@@ -184,8 +187,9 @@ table(
     ],
 )
 console.print(
-    f"the fixed part costs as much as the arithmetic of {(1 - arithmetic) / arithmetic:.0f} "
-    "tokens: a pass carrying more than that many is compute-bound"
+    f"on the straight line, the fixed part costs as much as the per-token part of "
+    f"{(1 - arithmetic) / arithmetic:.0f} tokens: by this rough split, a pass over more would "
+    "be compute-bound"
 )
 more = (cfg.n_ctx - 80) * slot  # the slots a 256-slot cache has beyond 80
 console.print(
@@ -231,23 +235,24 @@ console.print(
 # runs then, on a busy machine, put the larger cache at 25–60% of a pass.) Each part is
 # measured on its own, so they need not add up, and on a busy machine one can come out far off,
 # even above the whole pass, when other programs slow it more than the pass timed beside it:
-# run the lesson again. In four quiet runs on 2026-12-07 on a 2-core AMD EPYC with AVX-512 (the
-# cache's present layout, 512-bit vectors: nanospec/compat.py), the fixed part was 83–87% of a
-# one-token pass, streaming the weights 54–68%, the larger cache 14–17% and starting the
-# operations 10–12%; in one run beside two busy loops, 88%, 64%, 21% and 5%. Expect yours to move
-# by several points from run to run.
+# run the lesson again. In three quiet runs on 2026-12-07 on a 2-core AMD EPYC with AVX-512 (the
+# cache's present layout, 512-bit vectors: nanospec/compat.py), the fixed part was 86–87% of a
+# one-token pass, streaming the weights 54–57%, the larger cache 14–15% and starting the
+# operations 11–12%. Under more load each moved by several points (83%, 68%, 17% and 10% in a run
+# at a load of 1.3 to 1.5; 88%, 64%, 21% and 5% beside two busy loops), so expect yours to move.
 #
-# So on this CPU a wide pass saves the work that grows with bytes, not tokens: the weights
-# streamed and the work on the cache's buffers, paid once for all its tokens. It does not save
-# arithmetic: each extra token adds arithmetic that a wide pass does not share, so r(γ+1) grows
-# with γ (docs/design.md §6). Where the arithmetic overtakes the fixed part is the count printed
-# under the part-by-part table (5 to 7 tokens in the quiet runs above, 8 in the busy one, 9 to 14
-# in runs before the cache fix): past it the pass is compute-bound, its arithmetic outweighing the
-# fixed part. The count moves with the machine's load, the code and the CPU: nanospec asks XLA for
-# 512-bit vectors only where the CPU has AVX-512 (nanospec/compat.py), and with XLA's 256-bit ones
-# two probes on this machine put it near 8 and 9.5, so expect more on a CPU without AVX-512. Where
-# one token's arithmetic is a small fraction of what a pass costs anyway (reading the weights,
-# above all), r barely moves: a GPU at batch 1 is expected to be such a case (this project has not
-# measured one). GPT-2 small's shape on this CPU is not: its r(5) came out 1.55 and 1.98 in two
-# runs on the present code, about the shipped target's in each (docs/results.md, "GPT-2's shape";
-# 1.09 before the cache fix).
+# So on this CPU a wide pass saves the work that grows with bytes, not tokens: the weights streamed
+# and the work on the cache's buffers, paid once for all its tokens. It does not save arithmetic:
+# each extra token adds arithmetic that a wide pass does not share, so r(γ+1) grows with γ
+# (docs/design.md §6). The count printed under the part-by-part table is where, on the straight
+# line, the per-token part overtakes the fixed part: a property of that rough line, not a measured
+# turning point of the pass, and it moves with the machine's load, the code and the CPU. Most of
+# what the first extra token costs is not arithmetic. In a one-token pass every matrix
+# product is a matrix-vector product that XLA compiles itself, streaming the weights at nearly the
+# speed of memory; from two tokens on XLA hands the products to YNNPACK's kernels, which take longer
+# over the same weights (docs/results.md, "What holds r(8) above 1.5 here": the 8-token pass's
+# matrix products alone cost about twice the one-token pass's). Where a pass over a few tokens runs
+# about as fast as a one-token pass, both bound by reading the weights once, r barely moves: a GPU
+# at batch 1 is expected to be such a case (this project has not measured one). GPT-2 small's shape
+# on this CPU is not: in two runs on the present code its r(5) came out about the shipped target's
+# (docs/results.md, "GPT-2's shape").

@@ -198,7 +198,7 @@ for s in SLOTS:
         f"at α* = {star[s]:.2f}; measured α̂ = {alpha:.2f}"
     )
 # Printed, not asserted: the ratio is the fastest of a few probes of a step some
-# milliseconds long, and on a busy laptop it moves by more than the margin (one run's margin
+# milliseconds long, and on a busy machine it moves by more than the margin (one run's margin
 # α̂ − α* was 0.12, where earlier runs had 0.36–0.41).
 pays = star[16] < alpha
 console.print(
@@ -208,22 +208,22 @@ console.print(
 )
 
 # %% [markdown]
-# Why the load should matter (`serving/adaptive.py`, docs/design.md §6): on a GPU a step for a
-# few rows is expected to be memory-bound — it reads every weight whether the pass holds 1 token
-# or 5 — so a (γ+1)-token pass would cost hardly more than a 1-token one (not measured here). With
-# many rows the pass becomes compute-bound: the pass alone approaches γ+1 = 5 plain steps and the
-# drafts add γ·c more; once the ratio reaches γ+1, α* = 1 and no draft model is good enough. On
-# the 2-core CPU this lesson was written on, the ratio at 16 slots stayed below γ+1 in every run
-# so far (mostly 1.5 to 3 plain steps; the runs this paragraph quotes are of 2026-12-03 to -07,
-# before the cache's present layout and 512-bit vectors; in one beside eight other jobs the same
-# ratio came out 0.60 here and 4.10 in chapter 6: noise, not the machine), most likely because
-# what a step costs whatever its width (the weights, every row's cache, dispatch, the host's
-# bookkeeping) is still a large share of it. Which load shows the larger ratio changed from run
-# to run, and a one-slot step, a few milliseconds long, is the one a busy machine moves most
-# (1.22 in one run, 3.24 in another): read the ratios above, not a rule. How noisy they are
-# shows in the table itself when a round comes out cheaper than a plain step (a γ = 1 round
-# has, at 0.84× in one run and 0.38× in a busier one): a round makes a wider target pass and
-# drafts besides, so it cannot cost less; the gap is the probe's noise.
+# Why the load should matter (`serving/adaptive.py`, docs/design.md §6): on a GPU a step for a few
+# rows is expected to be memory-bound — it reads every weight whether the pass holds 1 token or 5 —
+# so a (γ+1)-token pass would cost hardly more than a 1-token one (not measured here). With many
+# rows the pass becomes compute-bound: the pass alone approaches γ+1 = 5 plain steps and the drafts
+# add γ·c more; once the ratio reaches γ+1, α* = 1 and no draft model is good enough. On the 2-core
+# CPU this lesson was written on, the ratio at 16 slots stayed below γ+1 in every run so far (mostly
+# 1.5 to 3 plain steps; the runs this paragraph quotes are of 2026-12-03 to -07, before the cache's
+# present layout and 512-bit vectors; in one beside eight other jobs the same ratio came out 0.60
+# here and 4.10 in chapter 6: noise, not the machine), most likely because what a step cost whatever
+# its width (the weights, every row's cache and, then, its copy, dispatch, the host's bookkeeping)
+# was a large share of it. Which load shows the larger ratio changed from run to run, and a one-slot
+# step, a few milliseconds long, is the one a busy machine moves most (1.22 in one run, 3.24 in
+# another): read the ratios above, not a rule. How noisy they are shows in the table itself when a
+# round comes out cheaper than a plain step (a γ = 1 round has, at 0.84× in one run and 0.38× in a
+# busier one): a round makes a wider target pass and drafts besides, so it cannot cost less; the gap
+# is the probe's noise.
 #
 # ## 4. The cost model decides
 #
@@ -324,8 +324,8 @@ table(
 
 # %%
 better = {s: max(tps[s, "ar"], tps[s, "draft"]) for s in SLOTS}
-claim(  # 1.24-2.09× in lessons/NUMBERS.md's three runs beside two busy loops, 2026-12-07,
-    # before the cache's present layout and 512-bit vectors. The margin asserted is all of it.
+claim(  # 1.13-1.48× in five runs since both speed changes, 2026-12-07, four beside other jobs
+    # (this lesson twice, its 1-slot loop thrice by `crossover --slots 1`): the margin asserted.
     tps[1, "draft"] > tps[1, "ar"],
     f"alone (1 slot), speculation served "
     f"{tps[1, 'draft'] / tps[1, 'ar']:.2f}× the tokens/s of plain decoding (asserted: more)",
@@ -333,7 +333,7 @@ claim(  # 1.24-2.09× in lessons/NUMBERS.md's three runs beside two busy loops, 
 console.print(  # 49% to 109% at 1 slot, 2026-12-07, beside other jobs, before the cache fix
     "in this run adaptive reached "
     + " and ".join(f"{tps[s, 'adaptive'] / better[s]:.0%} ({at(s)})" for s in SLOTS)
-    + " of the better of ar and draft (printed, not asserted: on a busy laptop this share has "
+    + " of the better of ar and draft (printed, not asserted: on a busy machine this share has "
     "come out anywhere from about half to over 100% at 1 slot)"
 )
 mix = gamma_mix(rows[16]["disable"]["gamma_share"])
@@ -385,24 +385,24 @@ console.print(
 # cost more. At 16 slots on a 2-core CPU the effect was inside the probe's noise in runs of
 # 2026-12-03 to -06, before the cache's present layout (a round cost 1.58–1.86 plain steps with
 # whole caches and 1.78–2.17 with short ones, more in three runs of four; the line above prints this
-# run's), though the plain step itself became cheaper each time. At 64 slots, when every step also
-# copied every slot's whole cache, the sweeps in docs/results.md ("Speculation under load") showed
-# it plainly: with caches for 80 tokens speculation's edge fell from ~1.5× to ~1.05×. With the
-# present layout `draft` (γ = 4) did not pay there at all (two runs of `crossover --slots 64` each,
-# 2026-12-07, beside other jobs): 0.89–0.94× plain's tokens/s with whole caches, 0.83–0.86× with
-# short ones. Conversely, with long contexts the cache is most of a step, and speculation pays even
-# at large batches (Chen et al. 2024, MagicDec).
+# run's), though the plain step itself became cheaper each time. At 64 slots on the present layout
+# `draft` (γ = 4) did not pay at all (two runs of `crossover --slots 64` each, 2026-12-07, beside
+# other jobs): 0.89–0.94× plain's tokens/s with whole caches, 0.83–0.86× with short ones
+# (docs/results.md, "Speculation under load"). 256 tokens is not a long context: with contexts of
+# thousands of tokens the cache is most of a step, and there speculation is reported to pay even at
+# large batches (Chen et al. 2024, MagicDec); the shipped models' 256-token context cannot show it.
 #
 # ## What to take away
 #
 # Speculation is not free: it buys fewer sequential steps with extra passes and drafts, and what
-# those cost depends on how busy the machine already is. On this machine, with this pair of
-# models, the measured step costs have said a γ = 4 round still pays at 16 slots in the runs so
-# far (chapter 3 prints this run's verdict), so the cost model kept drafting, while vLLM's rule,
-# at the threshold of 8 requests we gave it, stopped without asking. End to end, with every
-# request's prefill counted, little or none of that gain may survive: chapter 5's table gives
-# draft's tokens/s over ar's at 16 slots in this run. Where a busy batch makes a round cost more
-# than the tokens it brings (64 slots here, chapter 6; a GPU's large batch, it is expected),
-# the same cost model turns drafting off (chapter 4's last column). Don't guess which case you
-# are in: probe the step costs, track α̂, and let E(α̂, γ) / cost(γ) choose; the full sweep is
-# `python -m nanospec.load.crossover` (its tables in docs/results.md predate the cache fix).
+# those cost depends on how busy the machine already is. On this machine, with this pair of models,
+# the measured step costs have said a γ = 4 round still pays at 16 slots in the runs so far (chapter
+# 3 prints this run's verdict), so the cost model kept drafting, while vLLM's rule, at the threshold
+# of 8 requests we gave it, stopped without asking. End to end, with every request's prefill
+# counted, little or none of that gain may survive: chapter 5's table gives draft's tokens/s over
+# ar's at 16 slots in this run. Where a busy batch makes a round cost more than the tokens it
+# brings, the same cost model turns drafting off (chapter 4's last column, on an assumed table); a
+# GPU's large batch is expected to be such a case, and here at 64 slots drafting no longer paid end
+# to end on the present code (chapter 6). Don't guess which case you are in: probe the step costs,
+# track α̂, and let E(α̂, γ) / cost(γ) choose; the full sweep is `python -m nanospec.load.crossover`
+# (its tables in docs/results.md predate the cache fix).
