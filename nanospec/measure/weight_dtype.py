@@ -4,7 +4,7 @@
                                             [--repeats 5] [--json FILE]
 
 A one-token pass streams the target's weights (46 MB in float32) and little else, so weights
-held in bfloat16 or float16 read half the bytes; llama.cpp's float16 run is 1.9 times its
+held in bfloat16 or float16 read half the bytes; llama.cpp's float16 run is 1.7-1.9 times its
 float32 one on the same weights (docs/results.md, "The peer"). Whether XLA:CPU turns that
 into speed is a measurement, and what the rounding does to the text is another: so, for the
 target's matmul weights (every block's Linear kernels and biases) held in float32, bfloat16 and
