@@ -33,6 +33,7 @@ from flax import nnx
 
 from nanospec.cache import KVCache, attention_mask, init_cache, write_block
 from nanospec.compat import ModuleList, get_value
+from nanospec.machine import cores
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,60 @@ class ModelConfig:
         return cls(**d)
 
 
+SPLIT = 2  # one row's x @ W as this many products over slices of d_in (`one_row_dot`)
+
+
+def one_row_dot(
+    lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, out_sharding=None
+):
+    """x @ W as nnx.Linear asks for it (`lax.dot_general`), except for one row on a CPU of two
+    or more cores: there a batch of SPLIT products, each row slice of W times the matching
+    slice of x, then added.
+
+    Why: XLA:CPU computes a one-row product (a matrix-vector product, every decode step's
+    matmuls) with its own kernel on one core, and one core does not read the weights as fast
+    as two. Written as a batch, the product goes to a library kernel that shares the batch
+    between the cores. W's slices are a view of the same array (rows 0 … d_in/2, then the
+    rest), not a copy. Measured with the shipped target on a 2-core EPYC: a one-token pass
+    0.82–0.85 of the time, autoregressive decoding 1.15–1.17× as fast; on one core the batch
+    is slower, so it is not taken there (docs/results.md, "One row on two cores"). The
+    partial sums are added in another order than one product adds them: the logits move by
+    float32 rounding, no more (tests/test_model.py)."""
+    (contract_l, contract_r), (batch_l, _) = dimension_numbers
+    rows = math.prod(lhs.shape[:-1])
+    if (
+        rows != 1
+        or out_sharding is not None  # flax 0.12 passes one (None unless sharded)
+        or batch_l
+        or tuple(contract_l) != (lhs.ndim - 1,)
+        or tuple(contract_r) != (0,)
+        or rhs.ndim != 2
+        or rhs.shape[0] % SPLIT
+        or jax.default_backend() != "cpu"
+        or cores() < 2
+    ):
+        sharding = {} if out_sharding is None else {"out_sharding": out_sharding}  # jax ≥ 0.5
+        return jax.lax.dot_general(
+            lhs,
+            rhs,
+            dimension_numbers,
+            precision,
+            preferred_element_type=preferred_element_type,
+            **sharding,
+        )
+    d_in, d_out = rhs.shape
+    x = lhs.reshape(SPLIT, 1, d_in // SPLIT)  # the one row's slices, a batch of SPLIT
+    w = rhs.reshape(SPLIT, d_in // SPLIT, d_out)  # W's row slices: a view, not a copy
+    parts = jnp.einsum(
+        "bti,bio->bto", x, w, precision=precision, preferred_element_type=preferred_element_type
+    )
+    return parts.sum(0).reshape(*lhs.shape[:-1], d_out)
+
+
 def linear(rngs, d_in, d_out, std=0.02):
-    return nnx.Linear(d_in, d_out, kernel_init=nnx.initializers.normal(std), rngs=rngs)
+    return nnx.Linear(
+        d_in, d_out, kernel_init=nnx.initializers.normal(std), dot_general=one_row_dot, rngs=rngs
+    )
 
 
 class Attention(nnx.Module):

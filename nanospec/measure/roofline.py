@@ -50,6 +50,7 @@ from nanospec.machine import described, vector_extension
 from nanospec.measure.probes import FORWARD_CALLS, decode_probe, forward_probe, interleaved_samples
 from nanospec.measure.tables import console_for, print_roofline, sign_off
 from nanospec.measure.workloads import workload_prompts
+from nanospec.model import one_row_dot
 
 BANDWIDTH_MB = 256  # the large buffer, in MiB: far past a CPU's last-level cache (tens of MB)
 MATMUL_FLOPS_PER_CALL = 2e8  # each matmul probe repeats x @ W about this much work per call
@@ -144,12 +145,15 @@ def _matmul(x, w, calls: int):
 
 @partial(jax.jit, static_argnums=3)
 def _chain(x, layers, out, calls: int):
+    def mm(x, w):  # x @ W as the model's Linear layers compute it (one row on two cores too)
+        return one_row_dot(x, w, (((x.ndim - 1,), (0,)), ((), ())))
+
     def body(i, x):  # as a pass runs them: c_attn, attn c_proj, c_fc, mlp c_proj; then output
         for qkv, proj, fc, fc_proj in layers:
-            q, k, v = jnp.split(x @ qkv, 3, axis=-1)  # all three used: none is left uncomputed
-            x = x + 1e-3 * ((q + k + v) @ proj)
+            q, k, v = jnp.split(mm(x, qkv), 3, axis=-1)  # all three used: none left uncomputed
+            x = x + 1e-3 * mm(q + k + v, proj)
             # tanh, as GELU: between two dots, it keeps XLA from multiplying them out
-            x = x + 1e-3 * (jnp.tanh(x @ fc) @ fc_proj)
+            x = x + 1e-3 * mm(jnp.tanh(mm(x, fc)), fc_proj)
         return x + 1e-6 * jnp.max(jnp.einsum("vc,tc->tv", out, x), axis=-1, keepdims=True)
 
     return jax.lax.fori_loop(0, calls, body, x)
