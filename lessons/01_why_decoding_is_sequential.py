@@ -236,7 +236,8 @@ console.print(
 # measured on its own, so they need not add up, and on a busy machine one can come out far off,
 # even above the whole pass, when other programs slow it more than the pass timed beside it:
 # run the lesson again. In three quiet runs on 2026-12-07 on a 2-core AMD EPYC with AVX-512 (the
-# cache's present layout, 512-bit vectors: nanospec/compat.py), the fixed part was 86–87% of a
+# cache's present layout, 512-bit vectors: nanospec/compat.py; before the one-row products were
+# split over both cores, below), the fixed part was 86–87% of a
 # one-token pass, streaming the weights 54–57%, the larger cache 14–15% and starting the
 # operations 11–12%. Under more load each moved by several points (83%, 68%, 17% and 10% in a run
 # at a load of 1.3 to 1.5; 88%, 64%, 21% and 5% beside two busy loops), so expect yours to move.
@@ -248,10 +249,11 @@ console.print(
 # line, the per-token part overtakes the fixed part: a property of that rough line, not a measured
 # turning point of the pass, and it moves with the machine's load, the code and the CPU. Most of
 # what the first extra token costs is not arithmetic. In a one-token pass every matrix
-# product is a matrix-vector product that XLA compiles itself, streaming the weights at nearly the
-# speed of memory; from two tokens on XLA hands the products to YNNPACK's kernels, which take longer
-# over the same weights (docs/results.md, "What holds r(8) above 1.5 here": the 8-token pass's
-# matrix products alone cost about twice the one-token pass's). Where a pass over a few tokens runs
+# product is a matrix-vector product that XLA compiles itself, split in two halves that the two
+# cores stream at once (model.py's `one_row_dot`), at nearly the speed of memory; from two tokens
+# on XLA hands the products to YNNPACK's kernels, which take longer over the same weights
+# (docs/results.md, "What holds r(8) above 1.5 here": the 8-token pass's matrix products alone
+# cost about twice the one-token pass's). Where a pass over a few tokens runs
 # about as fast as a one-token pass, both bound by reading the weights once, r barely moves: a GPU
 # at batch 1 is expected to be such a case (this project has not measured one). GPT-2 small's shape
 # on this CPU is not: in two runs on the present code its r(5) came out about the shipped target's

@@ -142,3 +142,35 @@ def test_presets_have_the_documented_sizes():
     t, d = ModelConfig.target(), ModelConfig.draft()
     assert (t.n_layer, t.d_model, d.n_layer, d.d_model) == (6, 384, 2, 128)
     assert hash(t) != hash(d)  # frozen dataclasses: usable as static jit arguments
+
+
+DIMS = (((2,), (0,)), ((), ()))  # x (B, T, d_in) @ W (d_in, d_out), as nnx.Linear asks
+
+
+def test_one_row_is_two_half_products_that_add_up_to_the_plain_one(monkeypatch):
+    import nanospec.model as model_module
+
+    w = jax.random.normal(jax.random.key(1), (384, 1536))
+    one, eight = (jax.random.normal(jax.random.key(2), (1, t, 384)) for t in (1, 8))
+    plain = jax.lax.dot_general(one, w, DIMS)
+    monkeypatch.setattr(model_module, "cores", lambda: 2)
+    split = model_module.one_row_dot(one, w, DIMS)
+    # the halves' sums are added in another order: float32 rounding of |x|·|W|, no more
+    bound = 4 * np.finfo(np.float32).eps * float(jnp.max(jnp.abs(one) @ jnp.abs(w)))
+    assert split.shape == plain.shape and 0 < float(jnp.max(jnp.abs(split - plain))) < bound
+    # a block of rows, and one core, take the plain product itself
+    assert jnp.array_equal(model_module.one_row_dot(eight, w, DIMS), eight @ w)
+    monkeypatch.setattr(model_module, "cores", lambda: 1)
+    assert jnp.array_equal(model_module.one_row_dot(one, w, DIMS), plain)
+
+
+def test_a_one_token_pass_computes_its_products_as_batches_of_two(model, monkeypatch):
+    import nanospec.model as model_module
+
+    monkeypatch.setattr(model_module, "cores", lambda: 2)
+    cfg, g, p = model
+    tokens, positions = jnp.zeros((1, 1), jnp.int32), jnp.zeros((1, 1), jnp.int32)
+    # traced afresh (the jitted `forward` may hold a program traced with the real core count)
+    hlo = jax.jit(lambda p: nnx.merge(g, p)(tokens, positions)[0]).lower(p).as_text()
+    halves = hlo.count(f"tensor<2x1x{cfg.d_model // 2}xf32>")  # x's two halves, one a product
+    assert halves >= 2 * cfg.n_layer  # c_attn and c_fc read d_model inputs in every block
