@@ -370,15 +370,15 @@ console.print(
 # cost time, and how much depends on the CPU and the code. On a quiet 2-core AMD EPYC with AVX-512,
 # r(8) was 1.44 to 1.54 in bench's probe before nanospec's cache fix, 2.14 to 2.20 after it and the
 # wider vectors, 2.71 to 2.82 with one-token passes on both cores; on a 2-core EPYC without AVX-512
-# issue 44 reported 2.3 to 2.7 before the fix
-# (docs/results.md, "The verify pass: before and after"). By its factors, the two changes made
-# autoregressive decoding 1.3 to 1.8 times as fast and the speculative loop at most a fifth faster:
-# speculation still paid on the first EPYC, less, about 2× at γ = 7 ("The peer"). So r is your
-# machine's and build's: lesson 01 and the choosing-γ lesson print r(8) on yours, and it moves from
-# run to run (2.18 to 2.61 on the first EPYC, 2026-12-07, mostly beside other jobs), the token-trees
-# lesson r(5), and `nanospec bench` ends by saying which term limits your speedup. The trade turns
-# only where r(γ + 1) reaches E(α, γ) − γc (printed above for γ = 4), which a serving engine's large
-# batch approaches once its spare compute runs out: the speculation-under-load lesson watches it.
+# issue 44 reported 2.3 to 2.7 before the fix (docs/results.md, "The verify pass: before and
+# after"). By its factors the three changes made autoregressive decoding 1.7 to 2.3 times as fast,
+# the speculative loop at most a quarter faster: speculation still paid there, less (1.5 to 1.7× at
+# γ = 7 in the README's runs). So r is your machine's and build's: lesson 01 and the choosing-γ
+# lesson print r(8) on yours, and it moves from run to run (2.18 to 2.61 on the first EPYC on
+# 2026-12-07, mostly beside other jobs, before the one-row change), the token-trees lesson r(5), and
+# `nanospec bench` ends by saying which term limits your speedup. The trade turns only where
+# r(γ + 1) reaches E(α, γ) − γc (printed above for γ = 4), which a serving engine's large batch
+# approaches once its spare compute runs out: the speculation-under-load lesson watches it.
 #
 # ## Where other methods fit
 #
