@@ -248,12 +248,12 @@ console.print(
 # (docs/design.md §6). The count printed under the part-by-part table is where, on the straight
 # line, the per-token part overtakes the fixed part: a property of that rough line, not a measured
 # turning point of the pass, and it moves with the machine's load, the code and the CPU. Most of
-# what the first extra token costs is not arithmetic. In a one-token pass every matrix
+# what the first extra token costs is not arithmetic. In a one-token pass each block's matrix
 # product is a matrix-vector product that XLA compiles itself, split in two halves that the two
 # cores stream at once (model.py's `one_row_dot`), at nearly the speed of memory; from two tokens
 # on XLA hands the products to YNNPACK's kernels, which take longer over the same weights
 # (docs/results.md, "What holds r(8) above 1.5 here": the 8-token pass's matrix products alone
-# cost about twice the one-token pass's). Where a pass over a few tokens runs
+# cost two to three times the one-token pass's). Where a pass over a few tokens runs
 # about as fast as a one-token pass, both bound by reading the weights once, r barely moves: a GPU
 # at batch 1 is expected to be such a case (this project has not measured one). GPT-2 small's shape
 # on this CPU is not: in two runs on the present code its r(5) came out about the shipped target's

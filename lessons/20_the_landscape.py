@@ -369,7 +369,7 @@ console.print(
 # the tokens it brings outweigh what it costs, counted in target steps. The extra arithmetic may
 # cost time, and how much depends on the CPU and the code. On a quiet 2-core AMD EPYC with AVX-512,
 # r(8) was 1.44 to 1.54 in bench's probe before nanospec's cache fix, 2.14 to 2.20 after it and the
-# wider vectors, 2.71 to 2.82 with one-token passes on both cores; on a 2-core EPYC without AVX-512
+# wider vectors, 2.5 to 2.9 with one-token passes on both cores; on a 2-core EPYC without AVX-512
 # issue 44 reported 2.3 to 2.7 before the fix (docs/results.md, "The verify pass: before and
 # after"). By its factors the three changes made autoregressive decoding 1.7 to 2.3 times as fast,
 # the speculative loop at most a quarter faster: speculation still paid there, less (1.5 to 1.7× at

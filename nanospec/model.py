@@ -85,13 +85,15 @@ def one_row_dot(
 
     Why: XLA:CPU computes a one-row product (a matrix-vector product, every decode step's
     matmuls) with its own kernel on one core, and one core does not read the weights as fast
-    as two. Written as a batch, the product goes to a library kernel that shares the batch
-    between the cores. W's slices are a view of the same array (rows 0 … d_in/2, then the
-    rest), not a copy. Measured with the shipped target on a 2-core EPYC: a one-token pass
-    0.82–0.85 of the time, autoregressive decoding 1.15–1.17× as fast; on one core the batch
-    is slower, so it is not taken there (docs/results.md, "One row on two cores"). The
-    partial sums are added in another order than one product adds them: the logits move by
-    float32 rounding, no more (tests/test_model.py)."""
+    as two. Written as a batch, the product is still XLA's own kernel (no library call in the
+    compiled pass), which shares the batch between the cores. W's slices are a view of the
+    same array (rows 0 … d_in/2, then the rest), not a copy. Measured with the shipped target
+    on a 2-core EPYC, medians of three alternated bench runs: a one-token pass 0.75 of the
+    time, autoregressive decoding 1.26× as fast; on one core the batch is slower, so it is not
+    taken there (docs/results.md, "One row on two cores"). The partial sums are added in
+    another order than one product adds them: a one-token pass's logits move by float32
+    rounding, no more (tests/test_model.py). The tied output layer is an einsum, not a Linear:
+    it stays one product."""
     (contract_l, contract_r), (batch_l, _) = dimension_numbers
     rows = math.prod(lhs.shape[:-1])
     if (

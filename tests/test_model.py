@@ -174,3 +174,18 @@ def test_a_one_token_pass_computes_its_products_as_batches_of_two(model, monkeyp
     hlo = jax.jit(lambda p: nnx.merge(g, p)(tokens, positions)[0]).lower(p).as_text()
     halves = hlo.count(f"tensor<2x1x{cfg.d_model // 2}xf32>")  # x's two halves, one a product
     assert halves >= 2 * cfg.n_layer  # c_attn and c_fc read d_model inputs in every block
+
+
+def test_a_one_token_pass_split_over_two_cores_moves_the_logits_by_rounding_only(monkeypatch):
+    import nanospec.model as model_module
+
+    cfg = ModelConfig.tiny(vocab_size=50, n_ctx=32)
+    g, p = nnx.split(GPT(cfg, nnx.Rngs(4)))
+    tokens, positions = _tokens(1, 1, cfg.vocab_size), _positions(1, 1, 0)
+
+    def logits(n_cores):  # traced afresh, with the core count the split reads
+        monkeypatch.setattr(model_module, "cores", lambda: n_cores)
+        return jax.jit(lambda p: nnx.merge(g, p)(tokens, positions)[0])(p)
+
+    split, plain = logits(2), logits(1)
+    assert 0 < float(jnp.max(jnp.abs(split - plain))) < ATOL

@@ -28,9 +28,12 @@ have: where it is near 1 and the measured r is not, the verify pass is held back
 kernels run here, not by what the machine can do.
 
 Every probe is compiled and warmed up first, then timed round-robin with the passes
-(probes.interleaved_samples), medians. A read is written as a matrix-vector product, the kernel
-a decode step's matmuls use: XLA:CPU's plain sum of a large buffer read it at a few GB/s here,
-its accumulations done one after another.
+(probes.interleaved_samples), medians. A read is written as a matrix-vector product on one
+core: XLA:CPU's plain sum of a large buffer read it at a few GB/s here, its accumulations done
+one after another, and the same read split over two cores as one_row_dot splits a decode
+step's products ran slower here (its rows far longer than any weight's). So where a decode
+step's products run on two cores (model.one_row_dot) they may read faster than this bound's
+bandwidth, and the one-token pass's "of bound" may pass 1.
 
 What this file deliberately leaves out: bytes written (the new keys and values, the
 activations: under 1% of a pass here), the element-wise work (LayerNorm, GELU, softmax), whose
@@ -134,10 +137,11 @@ def _read(x, width: int, sweeps: int):
     return jax.lax.fori_loop(0, sweeps, body, jnp.ones(width, jnp.float32))
 
 
-@partial(jax.jit, static_argnums=2)
-def _matmul(x, w, calls: int):
-    def body(i, x):
-        y = one_row_dot(x, w, (((1,), (0,)), ((), ())))  # (rows, d_out), as the model computes it
+@partial(jax.jit, static_argnums=(2, 3))
+def _matmul(x, w, calls: int, split: bool):
+    def body(i, x):  # (rows, d_out), as the model computes it: its blocks' products split one
+        # row over the cores (model.one_row_dot), its tied output layer is a plain product
+        y = one_row_dot(x, w, (((1,), (0,)), ((), ()))) if split else x @ w
         return x + 1e-6 * jnp.max(y, axis=-1, keepdims=True)  # (rows, d_in): depends on y
 
     return jax.lax.fori_loop(0, calls, body, x)
@@ -230,7 +234,8 @@ def matmul_probes(cfg, rows) -> tuple[dict, dict]:
             calls = max(4, min(256, round(MATMUL_FLOPS_PER_CALL / one)))
             x = jnp.ones((n, d_in), jnp.float32)
             k = ("roofline", "matmul", name, n)
-            probes[k] = lambda x=x, w=w, calls=calls: _matmul(x, w, calls)
+            split = not name.startswith("output")  # the tied output layer: model.py's einsum
+            probes[k] = lambda x=x, w=w, calls=calls, split=split: _matmul(x, w, calls, split)
             flops[k] = calls * one
     return probes, flops
 
